@@ -1,0 +1,1 @@
+"""sing: telemetry, accounting and trace analytics for shared campus GPU clusters."""

@@ -1,0 +1,187 @@
+"""The one site configuration file (TOML) that every `sing` command reads.
+
+Each part of the system owns one section and describes it as a dataclass; `Config.section`
+checks the file's keys and types against it, so a typo or a wrong type is an error that names
+the file, the key and what is expected, instead of a silently ignored setting.
+
+Lookup order for the file: `--config PATH`, `$SING_CONFIG`, `./sing.toml`, `/etc/sing/sing.toml`;
+with none of them the built-in defaults apply (the embedded demo needs no file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_LOCATIONS = (Path("sing.toml"), Path("/etc/sing/sing.toml"))
+
+# Top-level sections a site file may contain; the owning dataclass lives in each package.
+KNOWN_SECTIONS = (
+    "site",
+    "thresholds",
+    "exporter",
+    "collector",
+    "executor",
+    "scheduler",
+    "dashboard",
+    "roles",
+    "trace",
+    "demo",
+)
+
+
+class ConfigError(Exception):
+    """A setting is missing, unknown or of the wrong type; the message says what to fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteSettings:
+    """Settings shared by every command."""
+
+    cluster: str = "campus"
+    # Relative paths are resolved against the directory holding the config file.
+    warehouse: str = "var/warehouse"
+    timezone: str = "UTC"
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Numbers behind the plain-language judgements in reports (admin-editable)."""
+
+    idle_util: float = 0.05  # a GPU below this mean utilisation counts as idle
+    low_util: float = 0.15  # below this a job's GPU efficiency is flagged as low
+    low_rdma_bytes_per_node_hour: float = 1e9  # multi-node job "barely talks" under this
+    idle_job_min_hours: float = 1.0  # idle-job report ignores allocations shorter than this
+    memory_low_ratio: float = 0.1  # peak memory under this share of the card is flagged
+
+
+class Config:
+    """A parsed site configuration: raw TOML plus typed, validated sections."""
+
+    def __init__(self, data: dict[str, Any], path: Path | None = None) -> None:
+        self.path = path
+        self.data = data
+        unknown = [name for name in data if name not in KNOWN_SECTIONS]
+        if unknown:
+            raise ConfigError(
+                f"{self._where()}: unknown section [{unknown[0]}]"
+                f"{_suggest(unknown[0], KNOWN_SECTIONS)}; known sections: "
+                + ", ".join(KNOWN_SECTIONS)
+            )
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Config:
+        """Read the config from `path`, `$SING_CONFIG` or a default location, or use defaults."""
+        candidate = path or os.environ.get("SING_CONFIG")
+        if candidate:
+            file = Path(candidate)
+            if not file.is_file():
+                raise ConfigError(f"config file {file} does not exist (from --config/SING_CONFIG)")
+            return cls._from_file(file)
+        for file in DEFAULT_LOCATIONS:
+            if file.is_file():
+                return cls._from_file(file)
+        return cls({}, None)
+
+    @classmethod
+    def _from_file(cls, file: Path) -> Config:
+        try:
+            data = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{file}: not valid TOML: {err}") from err
+        return cls(data, file.resolve())
+
+    def section(self, name: str, schema: type[T]) -> T:
+        """Return section `name` as an instance of the dataclass `schema`, validated."""
+        if name not in KNOWN_SECTIONS:
+            raise ValueError(f"section {name!r} is not in KNOWN_SECTIONS")
+        raw = self.data.get(name, {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{self._where()}: [{name}] must be a table, not {type(raw).__name__}")
+        return _build(schema, raw, f"{self._where()}: [{name}]")
+
+    @property
+    def site(self) -> SiteSettings:
+        return self.section("site", SiteSettings)
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.section("thresholds", Thresholds)
+
+    def resolve_path(self, value: str | Path) -> Path:
+        """Resolve a path setting relative to the config file's directory (or the CWD)."""
+        p = Path(value).expanduser()
+        if p.is_absolute() or self.path is None:
+            return p
+        return self.path.parent / p
+
+    def warehouse_dir(self, override: str | Path | None = None) -> Path:
+        """Warehouse location: `--warehouse`, then `$SING_WAREHOUSE`, then [site] warehouse."""
+        chosen = override or os.environ.get("SING_WAREHOUSE")
+        if chosen:
+            return Path(chosen).expanduser()
+        return self.resolve_path(self.site.warehouse)
+
+    def _where(self) -> str:
+        return str(self.path) if self.path else "built-in defaults"
+
+
+def _build(schema: type[T], raw: dict[str, Any], where: str) -> T:
+    fields = {f.name: f for f in dataclasses.fields(schema)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(schema)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{where} has unknown key {key!r}{_suggest(key, fields)}; "
+                f"valid keys: {', '.join(fields)}"
+            )
+        values[key] = _check_type(value, hints[key], f"{where} {key}")
+    return schema(**values)
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_type(value, option, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where} = {value!r} is not one of {hint}")
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1]
+        items = [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a table, got {value!r}")
+        _, item = typing.get_args(hint)
+        return {k: _check_type(v, item, f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is Any:
+        return value
+    if isinstance(hint, type) and (not isinstance(value, hint) or isinstance(value, bool) != (hint is bool)):
+        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
+    return value
+
+
+def _suggest(word: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,159 @@
+"""The warehouse's tables: names, columns and types are the contract every part writes to.
+
+All times are UTC (`timestamp[us, UTC]`), all quantities SI: bytes, watts, joules, seconds,
+ratios 0-1. Columns may be added (readers use union-by-name), never renamed silently: a rename is
+a migration in `warehouse.migrations`.
+
+Two kinds of table:
+- *samples* (append-only, partitioned by UTC day): `gpu_samples`, `rdma_samples`, `scrapes`.
+- *records* (upserted: the newest `recorded_at` per key wins): `jobs`, `job_gpus`, `nodes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    schema: pa.Schema
+    key: tuple[str, ...] = ()  # records: the upsert key; samples: empty
+    time_column: str | None = None  # samples: the column that picks the day partition
+    doc: str = ""
+
+    @property
+    def is_samples(self) -> bool:
+        return self.time_column is not None
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, dtype) for name, dtype in fields])
+
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        Table(
+            "nodes",
+            _schema(
+                ("node", pa.string()),
+                ("gpus", pa.int16()),
+                ("gpu_model", pa.string()),
+                ("gpu_memory_bytes", pa.int64()),
+                ("partition", pa.string()),
+                ("cluster", pa.string()),
+                ("recorded_at", UTC_TS),
+            ),
+            key=("node",),
+            doc="GPU nodes of the cluster.",
+        ),
+        Table(
+            "jobs",
+            _schema(
+                ("job_id", pa.string()),
+                ("cluster", pa.string()),
+                ("user", pa.string()),
+                ("account", pa.string()),
+                ("partition", pa.string()),
+                ("name", pa.string()),
+                ("submit_time", UTC_TS),
+                ("start_time", UTC_TS),
+                ("end_time", UTC_TS),
+                ("state", pa.string()),
+                ("exit_code", pa.int32()),
+                ("num_nodes", pa.int32()),
+                ("gpus_per_node", pa.int32()),
+                ("num_gpus", pa.int32()),
+                ("time_limit_s", pa.int64()),
+                ("nodes", pa.list_(pa.string())),
+                ("interactive", pa.bool_()),
+                # Declared software of the job profile as a JSON object, e.g. {"torch": "2.3"}.
+                ("dependencies", pa.string()),
+                ("recorded_at", UTC_TS),
+            ),
+            key=("cluster", "job_id"),
+            doc="One row per job; the newest record of a job wins (running -> finished).",
+        ),
+        Table(
+            "job_gpus",
+            _schema(
+                ("job_id", pa.string()),
+                ("cluster", pa.string()),
+                ("node", pa.string()),
+                ("gpu_index", pa.int16()),
+                ("gpu_uuid", pa.string()),
+                ("start_time", UTC_TS),
+                ("end_time", UTC_TS),
+                ("recorded_at", UTC_TS),
+            ),
+            key=("cluster", "job_id", "node", "gpu_index"),
+            doc="Which GPU a job held, and when.",
+        ),
+        Table(
+            "gpu_samples",
+            _schema(
+                ("ts", UTC_TS),
+                ("node", pa.string()),
+                ("gpu_index", pa.int16()),
+                ("gpu_uuid", pa.string()),
+                ("util", pa.float32()),
+                ("sm_active", pa.float32()),
+                ("mem_used_bytes", pa.int64()),
+                ("mem_total_bytes", pa.int64()),
+                ("power_w", pa.float32()),
+                ("energy_j", pa.float64()),
+                ("temp_c", pa.float32()),
+                # The job holding this GPU at `ts`, stamped when the sample is written.
+                ("job_id", pa.string()),
+            ),
+            time_column="ts",
+            doc="One row per GPU per scrape.",
+        ),
+        Table(
+            "rdma_samples",
+            _schema(
+                ("ts", UTC_TS),
+                ("node", pa.string()),
+                ("device", pa.string()),
+                ("port", pa.int16()),
+                ("tx_bytes", pa.int64()),
+                ("rx_bytes", pa.int64()),
+                ("tx_packets", pa.int64()),
+                ("rx_packets", pa.int64()),
+                # Bytes since the previous sample of this port (counter resets handled), by the writer.
+                ("tx_delta_bytes", pa.int64()),
+                ("rx_delta_bytes", pa.int64()),
+                # The job holding most of this node's GPUs at `ts`, stamped when written.
+                ("job_id", pa.string()),
+            ),
+            time_column="ts",
+            doc="One row per RDMA port per scrape; counters in bytes (IB words already x4).",
+        ),
+        Table(
+            "scrapes",
+            _schema(
+                ("ts", UTC_TS),
+                ("target", pa.string()),
+                ("node", pa.string()),
+                ("up", pa.bool_()),
+                ("duration_s", pa.float64()),
+                ("samples", pa.int32()),
+                ("error", pa.string()),
+            ),
+            time_column="ts",
+            doc="One row per scrape attempt of a target (up=false with the error).",
+        ),
+    )
+}
+
+
+def table(name: str) -> Table:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}") from None
