@@ -105,7 +105,8 @@ class Config:
             raise ValueError(f"section {name!r} is not in KNOWN_SECTIONS")
         raw = self.data.get(name, {})
         if not isinstance(raw, dict):
-            raise ConfigError(f"{self._where()}: [{name}] must be a table, not {type(raw).__name__}")
+            kind = type(raw).__name__
+            raise ConfigError(f"{self._where()}: [{name}] must be a table, not {kind}")
         return _build(schema, raw, f"{self._where()}: [{name}]")
 
     @property
@@ -177,7 +178,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         return float(value)
     if hint is Any:
         return value
-    if isinstance(hint, type) and (not isinstance(value, hint) or isinstance(value, bool) != (hint is bool)):
+    wrong_bool = isinstance(value, bool) != (hint is bool)
+    if isinstance(hint, type) and (not isinstance(value, hint) or wrong_bool):
         raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
     return value
 

@@ -2,4 +2,4 @@
 
 
 class UserError(Exception):
-    """Bad input from the user or a source (file, command output): the message says what and where."""
+    """Bad input from a user or a source (file, command output); the message says what, where."""

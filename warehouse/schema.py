@@ -125,7 +125,7 @@ TABLES: dict[str, Table] = {
                 ("rx_bytes", pa.int64()),
                 ("tx_packets", pa.int64()),
                 ("rx_packets", pa.int64()),
-                # Bytes since the previous sample of this port (counter resets handled), by the writer.
+                # Bytes since this port's previous sample (resets handled), set by the writer.
                 ("tx_delta_bytes", pa.int64()),
                 ("rx_delta_bytes", pa.int64()),
                 # The job holding most of this node's GPUs at `ts`, stamped when written.

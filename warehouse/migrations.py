@@ -1,0 +1,60 @@
+"""Schema versions of a warehouse directory, and the steps that upgrade an older one.
+
+`ROOT/_meta.json` records the version. Opening a warehouse runs every step between its version
+and `CURRENT_VERSION`, in order, each under the maintenance lock, and records the new version
+only after the step finished, so an interrupted upgrade is simply run again.
+
+Adding a column needs no step (readers union files by name and fill NULLs); renaming or
+re-typing one, or changing the layout, does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warehouse.store import Warehouse
+
+META = "_meta.json"
+
+
+def _roll_up_closed_days(wh: Warehouse) -> None:
+    """Version 2 added the rollup tier: build rollups for every closed day already stored."""
+    wh.compact()
+
+
+# STEPS[n] upgrades a warehouse from version n to n + 1.
+STEPS: dict[int, Callable[[Warehouse], None]] = {1: _roll_up_closed_days}
+CURRENT_VERSION = 2
+
+
+def read_version(wh: Warehouse) -> int | None:
+    path = wh.root / META
+    if not path.exists():
+        return None
+    return int(json.loads(path.read_text())["schema_version"])
+
+
+def write_version(wh: Warehouse, version: int) -> None:
+    tmp = wh.root / f".{META}.tmp"
+    tmp.write_text(json.dumps({"schema_version": version}) + "\n")
+    os.replace(tmp, wh.root / META)
+
+
+def upgrade(wh: Warehouse) -> None:
+    version = read_version(wh)
+    if version is None:  # a new, empty warehouse starts at the current version
+        write_version(wh, CURRENT_VERSION)
+        return
+    if version > CURRENT_VERSION:
+        raise RuntimeError(
+            f"warehouse {wh.root} has schema version {version}, newer than this sing "
+            f"({CURRENT_VERSION}); upgrade sing"
+        )
+    while version < CURRENT_VERSION:
+        STEPS[version](wh)
+        version += 1
+        write_version(wh, version)

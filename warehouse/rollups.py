@@ -1,0 +1,102 @@
+"""Rollups: small per-day summaries that keep reports fast over a year of samples.
+
+Each rollup is one SQL aggregation over one sample table. It is written to Parquet when a day is
+closed and compacted, and evaluated live over the raw samples of days not yet rolled up (today),
+so reports see the same numbers either way. The rollups store sums and counts, never means, so
+days add up exactly, and they are keyed by job (samples carry their job id from ingest), which
+keeps per-job figures exact where a plain time-bucket rollup would blur jobs that start or end
+inside a bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A sample below this utilisation counts as an idle sample (the GPU did essentially nothing).
+IDLE_SAMPLE_UTIL = 0.01
+
+
+@dataclass(frozen=True)
+class Rollup:
+    name: str
+    source: str  # the sample table it summarises
+    select: str  # SQL over the relation named `src`
+    doc: str
+
+
+ROLLUPS: dict[str, Rollup] = {
+    r.name: r
+    for r in (
+        Rollup(
+            "job_gpu_usage",
+            "gpu_samples",
+            f"""
+            SELECT job_id, node, gpu_index, ts::DATE AS day,
+                   count(*) AS samples,
+                   sum(util) AS util_sum,
+                   max(util) AS util_max,
+                   sum(sm_active) AS sm_sum,
+                   count(sm_active) AS sm_samples,
+                   count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples,
+                   max(mem_used_bytes) AS mem_peak_bytes,
+                   max(mem_total_bytes) AS mem_total_bytes,
+                   min(energy_j) AS energy_min_j,
+                   max(energy_j) AS energy_max_j,
+                   sum(power_w) AS power_sum,
+                   min(ts) AS first_ts,
+                   max(ts) AS last_ts
+            FROM src WHERE job_id IS NOT NULL
+            GROUP BY ALL
+            """,
+            "Per job, GPU and day: sums and counts of utilisation, memory peak, energy.",
+        ),
+        Rollup(
+            "gpu_hourly",
+            "gpu_samples",
+            """
+            SELECT date_trunc('hour', ts) AS hour, node, gpu_index,
+                   count(*) AS samples,
+                   count(job_id) AS assigned_samples,
+                   sum(util) AS util_sum,
+                   sum(sm_active) AS sm_sum,
+                   count(sm_active) AS sm_samples,
+                   sum(power_w) AS power_sum,
+                   sum(mem_used_bytes)::DOUBLE AS mem_used_sum
+            FROM src
+            GROUP BY ALL
+            """,
+            "Per GPU and hour: how many samples were assigned to a job and how busy the GPU was.",
+        ),
+        Rollup(
+            "job_rdma_usage",
+            "rdma_samples",
+            """
+            SELECT job_id, node, ts::DATE AS day,
+                   count(*) AS samples,
+                   sum(tx_delta_bytes) AS tx_bytes,
+                   sum(rx_delta_bytes) AS rx_bytes,
+                   min(ts) AS first_ts,
+                   max(ts) AS last_ts
+            FROM src WHERE job_id IS NOT NULL
+            GROUP BY ALL
+            """,
+            "Per job, node and day: RDMA bytes sent and received.",
+        ),
+        Rollup(
+            "node_rdma_hourly",
+            "rdma_samples",
+            """
+            SELECT date_trunc('hour', ts) AS hour, node,
+                   sum(tx_delta_bytes) AS tx_bytes,
+                   sum(rx_delta_bytes) AS rx_bytes
+            FROM src
+            GROUP BY ALL
+            """,
+            "Per node and hour: RDMA bytes sent and received.",
+        ),
+    )
+}
+
+
+def rollups_of(source: str) -> list[Rollup]:
+    return [r for r in ROLLUPS.values() if r.source == source]
