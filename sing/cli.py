@@ -16,11 +16,7 @@ from sing.config import Config, ConfigError
 from sing.errors import UserError
 
 # Modules that contribute subcommands, in the order `sing --help` lists them.
-COMMAND_MODULES = (
-    "warehouse.cli",
-    "warehouse.reports_cli",
-    "warehouse.demo_data",
-)
+COMMAND_MODULES = ("warehouse.cli",)
 
 
 def build_parser() -> argparse.ArgumentParser:

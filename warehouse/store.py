@@ -160,17 +160,18 @@ class Warehouse:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def compact(self, now: datetime | None = None) -> CompactionResult:
+    def compact(self, now: datetime | None = None, settle_s: float = SETTLE_S) -> CompactionResult:
         """Merge small files, roll up closed days, delete superseded files after the grace time.
 
         Safe to run at any time beside writers and readers (the collector runs it periodically).
+        `settle_s=0` is only for a sole writer that has finished (bulk loads, tests).
         """
         now = now or datetime.now(UTC)
         result = CompactionResult()
         with self._maintenance_lock() as held:
             if not held:
                 return result
-            settle_seq = files.next_sequence() - int(SETTLE_S * 1e9)
+            settle_seq = files.next_sequence() - int(settle_s * 1e9)
             con = duckdb.connect()
             con.execute("SET TimeZone = 'UTC'")
             for spec in TABLES.values():
