@@ -148,6 +148,34 @@ TABLES: dict[str, Table] = {
             time_column="ts",
             doc="One row per scrape attempt of a target (up=false with the error).",
         ),
+        Table(
+            "sim_runs",
+            _schema(
+                ("run_id", pa.string()),
+                ("policy", pa.string()),
+                ("trace", pa.string()),
+                ("nodes", pa.int32()),
+                ("gpus_per_node", pa.int32()),
+                ("jobs", pa.int64()),
+                ("window_s", pa.float64()),
+                ("gpu_assignment", pa.float64()),
+                ("mean_wait_s", pa.float64()),
+                ("p50_wait_s", pa.float64()),
+                ("p95_wait_s", pa.float64()),
+                ("p99_wait_s", pa.float64()),
+                ("max_wait_s", pa.float64()),
+                ("mean_jct_s", pa.float64()),
+                ("mean_bounded_slowdown", pa.float64()),
+                ("jain_fairness", pa.float64()),
+                ("worst_user_mean_wait_s", pa.float64()),
+                ("starved_jobs", pa.int64()),
+                ("jobs_per_s", pa.float64()),
+                ("settings", pa.string()),  # the [scheduler] settings as a JSON object
+                ("recorded_at", UTC_TS),
+            ),
+            key=("run_id", "policy"),
+            doc="One row per policy of a `sing simulate` run (scheduler/metrics.py defines them).",
+        ),
     )
 }
 

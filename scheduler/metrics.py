@@ -1,0 +1,64 @@
+"""What a replay did for the cluster and its users, as one flat row per policy.
+
+- GPU assignment: allocated GPU-time / capacity over the *busy window*, [first submit, last
+  submit] of the replayed jobs (while jobs keep arriving; the drain after the last arrival is
+  left out because every policy idles the same way there).
+- Queueing delay (start - submit): mean, p50, p95, p99, max; mean JCT (end - submit); mean bounded
+  slowdown max(1, JCT / max(runtime, 10 s)).
+- Fairness: Jain's index over each user's *service ratio* in the window (GPU-time received /
+  GPU-time the user's jobs would have had if started on arrival), and the worst user's mean wait.
+- Starved jobs: waited longer than the starvation bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.simulate import Replay
+
+BOUNDED_SLOWDOWN_FLOOR_S = 10.0
+
+
+def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
+    jobs = run.workload
+    submit = np.asarray(jobs.submit, dtype=float)
+    duration = np.asarray(jobs.duration, dtype=float)
+    gpus = np.asarray(run.gpus, dtype=float)
+    start = np.asarray(run.start, dtype=float)
+    wait = start - submit
+    jct = wait + duration
+    lo, hi = float(submit.min()), float(submit.max())
+    span = hi - lo
+    received = gpus * _overlap(start, start + duration, lo, hi)
+    demanded = gpus * _overlap(submit, submit + duration, lo, hi)
+    users, user_of = np.unique(np.asarray(jobs.user, dtype=object), return_inverse=True)
+    per_user_demand = np.bincount(user_of, demanded, len(users))
+    served = per_user_demand > 0
+    ratio = np.bincount(user_of, received, len(users))[served] / per_user_demand[served]
+    per_user_wait = np.bincount(user_of, wait, len(users)) / np.bincount(user_of, None, len(users))
+    p50, p95, p99 = np.percentile(wait, [50, 95, 99])
+    return {
+        "policy": run.policy,
+        "jobs": len(jobs),
+        "window_s": span,
+        "gpu_assignment": float(received.sum() / (run.cluster.total_gpus * span)) if span else 0.0,
+        "mean_wait_s": float(wait.mean()),
+        "p50_wait_s": float(p50),
+        "p95_wait_s": float(p95),
+        "p99_wait_s": float(p99),
+        "max_wait_s": float(wait.max()),
+        "mean_jct_s": float(jct.mean()),
+        "mean_bounded_slowdown": float(
+            np.maximum(1.0, jct / np.maximum(duration, BOUNDED_SLOWDOWN_FLOOR_S)).mean()
+        ),
+        "jain_fairness": float(ratio.sum() ** 2 / (len(ratio) * (ratio**2).sum()))
+        if ratio.any()
+        else 1.0,
+        "worst_user_mean_wait_s": float(per_user_wait.max()),
+        "starved_jobs": int((wait > starvation_s).sum()),
+        "jobs_per_s": len(jobs) / run.wall_s if run.wall_s else 0.0,
+    }
+
+
+def _overlap(begin: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return np.clip(np.minimum(end, hi) - np.maximum(begin, lo), 0.0, None)
