@@ -16,7 +16,7 @@ from sing.config import Config, ConfigError
 from sing.errors import UserError
 
 # Modules that contribute subcommands, in the order `sing --help` lists them.
-COMMAND_MODULES = ("warehouse.cli", "scheduler.cli")
+COMMAND_MODULES = ("warehouse.cli", "scheduler.cli", "executors.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
