@@ -1,0 +1,109 @@
+"""`sing submit`, `sing run --local`, `sing jobs sync|list|cancel`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from executors.base import executor_settings, make_executor
+from executors.local import LocalExecutor
+from executors.profile import JobProfile, load_profile
+from executors.records import COMPLETED
+from executors.sync import sync
+from sing.config import Config
+from warehouse.store import Warehouse
+
+LIST_SQL = """
+SELECT job_id, "user", partition, name, state, exit_code, num_gpus,
+       array_to_string(nodes, ',') AS nodes,
+       strftime(submit_time, '%Y-%m-%d %H:%M:%S') AS submitted,
+       CAST(round(date_diff('second', start_time, coalesce(end_time, now()))) AS BIGINT) AS run_s
+FROM jobs
+WHERE cluster = ? AND (? = 'all' OR state = ?)
+ORDER BY submit_time DESC NULLS LAST, job_id DESC
+LIMIT ?
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    submit = subparsers.add_parser("submit", help="submit a job profile to the configured executor")
+    submit.add_argument("profile", help="job profile YAML file")
+    submit.add_argument("--executor", choices=("local", "slurm"), help="override [executor] kind")
+    submit.set_defaults(func=cmd_submit)
+
+    run = subparsers.add_parser("run", help="run a job profile here, in the foreground")
+    run.add_argument("--local", action="store_true", required=True, help="on this machine's GPUs")
+    run.add_argument("profile", help="job profile YAML file")
+    run.set_defaults(func=cmd_run)
+
+    jobs = subparsers.add_parser("jobs", help="job records: sync from the executor, list, cancel")
+    sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    sync_p = sub.add_parser("sync", help="pull running and finished jobs into the warehouse")
+    sync_p.add_argument("--executor", choices=("local", "slurm"), help="override [executor] kind")
+    sync_p.set_defaults(func=cmd_sync)
+    list_p = sub.add_parser("list", help="jobs in the warehouse, newest first")
+    list_p.add_argument("--state", default="all", help="only this state, e.g. RUNNING, FAILED")
+    list_p.add_argument("--limit", type=int, default=50)
+    list_p.set_defaults(func=cmd_list)
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--executor", choices=("local", "slurm"), help="override [executor] kind")
+    cancel.set_defaults(func=cmd_cancel)
+
+
+def _profile(args: argparse.Namespace, config: Config) -> JobProfile:
+    profile = load_profile(args.profile, executor_settings(config))
+    for note in profile.notes:
+        print(f"sing: note: {note}", file=sys.stderr)
+    return profile
+
+
+def cmd_submit(args: argparse.Namespace, config: Config) -> int:
+    profile = _profile(args, config)
+    executor = make_executor(config, args.executor)
+    print(executor.submit(profile))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    profile = _profile(args, config)
+    settings = executor_settings(config)
+    executor = LocalExecutor.from_settings(config.site.cluster, settings, config)
+    job_id = executor.enqueue(profile)
+    print(f"sing: local job {job_id}", file=sys.stderr)
+    record = executor.supervise(job_id, output=None)  # the job writes to this terminal
+    gpus = ",".join(map(str, record.gpus.get(executor.node, ()))) or "none"
+    print(
+        f"sing: job {job_id} {record.state} exit {record.exit_code} (GPUs {gpus})", file=sys.stderr
+    )
+    if record.state == COMPLETED:
+        return 0
+    return min(record.exit_code, 255) if record.exit_code else 1
+
+
+def cmd_sync(args: argparse.Namespace, config: Config) -> int:
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    result = sync(make_executor(config, args.executor), wh, executor_settings(config))
+    print(
+        f"synced {result.finished} finished and {result.running} running jobs "
+        f"({result.gpu_rows} GPU rows) since {result.since:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, config: Config) -> int:
+    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
+    state = args.state.upper()
+    cursor = con.execute(LIST_SQL, [config.site.cluster, state.lower() if state == "ALL" else state,
+                                    state, args.limit])  # fmt: skip
+    columns = [d[0] for d in cursor.description]
+    print("\t".join(columns))
+    for row in cursor.fetchall():
+        print("\t".join("" if v is None else str(v) for v in row))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, config: Config) -> int:
+    make_executor(config, args.executor).cancel(args.job_id)
+    print(f"cancelled {args.job_id}")
+    return 0

@@ -1,0 +1,326 @@
+"""A real Slurm 22.05 on loopback for tests: munge, MariaDB, slurmdbd, slurmctld, 2 GPU nodes.
+
+Everything lives under one scratch directory and uses its own ports, so it never touches a
+site's Slurm; `down()` stops only the daemons this harness started, by their PIDs. Configs follow
+/work/shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups,
+munge on its own socket, `AccountingStoragePass` pointing at that socket, fake GPU device nodes.
+
+The two nodes declare typed GPUs (`Gres=gpu:a100:8`) so accounting carries both `gres/gpu=N` and
+`gres/gpu:a100=N`, the case that double-counts in a naive AllocTRES parser.
+
+Command line: `python -m tests.slurm_harness up|down BASE` (prints `export SLURM_CONF=...`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
+NODES = ("gpu-1", "gpu-2")
+GPUS_PER_NODE = 8
+TEST_USER = "singtest"
+TEST_ACCOUNT = "research"
+CLUSTER = "testcluster"
+PORTS = {"ctld": 16817, "dbd": 16819, "mysql": 13316, "slurmd": (16831, 16832)}
+
+SLURM_CONF = """\
+ClusterName={cluster}
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={base}/run/munge/munge.socket.2
+SlurmctldPort={ctld}
+StateSaveLocation={base}/state/ctld
+SlurmdSpoolDir={base}/state/d/%n
+SlurmctldPidFile={base}/run/slurmctld.pid
+SlurmdPidFile={base}/run/slurmd-%n.pid
+SlurmctldLogFile={base}/log/slurmctld.log
+SlurmdLogFile={base}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MinJobAge=300
+KillWait=2
+InactiveLimit=0
+Waittime=0
+GresTypes=gpu
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={dbd}
+AccountingStoragePass={base}/run/munge/munge.socket.2
+AccountingStorageTRES=gres/gpu,gres/gpu:a100
+AccountingStoreFlags=job_comment
+NodeName=gpu-[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{slurmd0}-{slurmd1}] \
+CPUs=16 Sockets=1 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:a100:{gpus} \
+State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+GRES_CONF = """\
+AutoDetect=off
+NodeName=gpu-1 Name=gpu Type=a100 File={base}/dev/nvidia[0-7]
+NodeName=gpu-2 Name=gpu Type=a100 File={base}/dev/nvidia[8-15]
+"""
+
+SLURMDBD_CONF = """\
+AuthType=auth/munge
+AuthInfo=socket={base}/run/munge/munge.socket.2
+DbdHost=localhost
+DbdPort={dbd}
+SlurmUser=root
+PidFile={base}/run/slurmdbd.pid
+LogFile={base}/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={mysql}
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+"""
+
+MY_CNF = """\
+[mariadbd]
+datadir={base}/mysql/data
+socket={base}/mysql/run/mysqld.sock
+pid-file={base}/mysql/run/mysqld.pid
+bind-address=127.0.0.1
+port={mysql}
+user=mysql
+skip-name-resolve
+innodb_buffer_pool_size=128M
+innodb_log_file_size=16M
+innodb_lock_wait_timeout=900
+innodb_flush_log_at_trx_commit=0
+"""
+
+
+class SlurmCluster:
+    """One loopback Slurm cluster rooted at `base`; `up()` starts it, `down()` stops it."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = Path(base).resolve()
+        self.conf = self.base / "etc" / "slurm.conf"
+        self.jobs_dir = self.base / "jobs"
+        self._mariadb: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm client commands (sbatch, squeue, sacct) against this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def up(self) -> None:
+        self._write_configs()
+        self._start_munge()
+        self._start_mariadb()
+        self._daemon(["slurmdbd"])
+        self._wait(lambda: self._ok(["sacctmgr", "-n", "list", "cluster"]), "slurmdbd answering")
+        self._daemon(["slurmctld"])
+        self._wait(lambda: self._ok(["scontrol", "ping"], expect="UP"), "slurmctld UP")
+        for node in NODES:
+            self._daemon(["slurmd", "-N", node])
+        self._wait(self._nodes_idle, "both slurmd nodes idle")
+        self._add_test_user()
+
+    def down(self) -> None:
+        """Stop this cluster's daemons by PID (TERM, then KILL after 15 s); leave files for logs."""
+        if self.conf.exists():
+            subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True)
+            subprocess.run(
+                ["scancel", "--full", "-u", TEST_USER], env=self.env, capture_output=True
+            )
+        pids = [pid for pid in map(self._pid_from, self._pid_files()) if pid]
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        if self._mariadb:
+            self._mariadb.wait(timeout=5)
+
+    # -- set-up steps ------------------------------------------------------------------------
+
+    def _write_configs(self) -> None:
+        b = self.base
+        for sub in (
+            "etc",
+            "run/munge",
+            "log",
+            "state/ctld",
+            "state/d",
+            "jobs",
+            "dev",
+            "mysql/data",
+            "mysql/run",
+        ):
+            (b / sub).mkdir(parents=True, exist_ok=True)
+        self.jobs_dir.chmod(0o1777)
+        values = {
+            "base": b,
+            "cluster": CLUSTER,
+            "ctld": PORTS["ctld"],
+            "dbd": PORTS["dbd"],
+            "mysql": PORTS["mysql"],
+            "slurmd0": PORTS["slurmd"][0],
+            "slurmd1": PORTS["slurmd"][1],
+            "gpus": GPUS_PER_NODE,
+        }
+        self.conf.write_text(SLURM_CONF.format(**values))
+        (b / "etc" / "gres.conf").write_text(GRES_CONF.format(**values))
+        (b / "etc" / "my.cnf").write_text(MY_CNF.format(**values))
+        dbd = b / "etc" / "slurmdbd.conf"
+        dbd.write_text(SLURMDBD_CONF.format(**values))
+        dbd.chmod(0o600)
+        for i in range(len(NODES) * GPUS_PER_NODE):
+            device = b / "dev" / f"nvidia{i}"
+            if not device.exists():
+                # A real character device (NVIDIA major 195) keeps slurmd's logs quiet.
+                os.mknod(device, 0o666 | 0o020000, os.makedev(195, i))
+
+    def _start_munge(self) -> None:
+        run = self.base / "run" / "munge"
+        key = self.base / "etc" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        shutil.chown(key, "munge", "munge")
+        key.chmod(0o400)
+        shutil.chown(run, "munge", "munge")
+        _check(
+            [
+                "runuser", "-u", "munge", "--", "/usr/sbin/munged",
+                f"--socket={run}/munge.socket.2", f"--key-file={key}",
+                f"--pid-file={run}/munged.pid", f"--log-file={run}/munged.log",
+                f"--seed-file={run}/munged.seed",
+            ]
+        )  # fmt: skip
+
+    def _start_mariadb(self) -> None:
+        mysql = self.base / "mysql"
+        subprocess.run(["chown", "-R", "mysql:mysql", str(mysql)], check=True)
+        if not (mysql / "data" / "mysql").exists():
+            _check(
+                [
+                    "mariadb-install-db", "--no-defaults", "--user=mysql",
+                    f"--datadir={mysql}/data", "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ]
+            )  # fmt: skip
+        with open(self.base / "log" / "mariadbd.log", "ab") as log:
+            # mariadbd does not daemonize: detach it from our stdio and session.
+            self._mariadb = subprocess.Popen(
+                ["/usr/sbin/mariadbd", f"--defaults-file={self.base}/etc/my.cnf"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
+        sock = f"--socket={mysql}/run/mysqld.sock"
+        self._wait(lambda: self._ok(["mariadb-admin", sock, "ping"]), "MariaDB answering")
+        sql = (
+            "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        )
+        _check(["mariadb", sock, "-u", "root", "-e", sql])
+
+    def _add_test_user(self) -> None:
+        try:
+            pwd.getpwnam(TEST_USER)
+        except KeyError:
+            _check(["useradd", "-M", "-s", "/bin/bash", TEST_USER])
+        for command in (
+            ["sacctmgr", "-i", "add", "account", TEST_ACCOUNT],
+            ["sacctmgr", "-i", "add", "user", TEST_USER, f"DefaultAccount={TEST_ACCOUNT}"],
+        ):
+            subprocess.run(command, env=self.env, capture_output=True)  # exists on a re-run
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _daemon(self, command: list[str]) -> None:
+        _check(command, env=self.env)
+
+    def _ok(self, command: list[str], expect: str = "") -> bool:
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True)
+        return result.returncode == 0 and expect in result.stdout
+
+    def _nodes_idle(self) -> bool:
+        result = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True, text=True
+        )
+        states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+        return all(states.get(node) == "idle" for node in NODES)
+
+    def _wait(self, ready, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"loopback Slurm: timed out waiting for {what}; logs in {self.base}/log"
+                )
+            time.sleep(0.2)
+
+    def _pid_files(self) -> list[Path]:
+        run = self.base / "run"
+        return [
+            *(run / f"slurmd-{node}.pid" for node in NODES),
+            run / "slurmctld.pid",
+            run / "slurmdbd.pid",
+            run / "munge" / "munged.pid",
+            self.base / "mysql" / "run" / "mysqld.pid",
+        ]
+
+    @staticmethod
+    def _pid_from(path: Path) -> int | None:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+def _check(command: list[str], env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+if __name__ == "__main__":
+    action, base = sys.argv[1], Path(sys.argv[2])
+    cluster = SlurmCluster(base)
+    if action == "up":
+        cluster.up()
+        print(f"export SLURM_CONF={cluster.conf}")
+    elif action == "down":
+        cluster.down()
+    else:
+        sys.exit(f"usage: python -m tests.slurm_harness up|down BASE (not {action!r})")
