@@ -1,0 +1,317 @@
+"""Export a window of the warehouse as an anonymized trace release.
+
+One SQL query gathers each job submitted in [since, until) with its telemetry summary from the
+per-job rollups (never the raw samples), then the anonymization policy (`traces.anonymize`)
+runs over whole columns. Real names leave this module only as keyed pseudonyms: job names,
+commands, paths, hosts and IPs are never selected; nodes become n001, n002, ... in name order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sing.errors import UserError
+from traces import aggregates
+from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
+from traces.format import JOBS, TIMESERIES, conform, state_sql
+from traces.package import ReleaseInfo, write_trace, zip_trace
+from traces.settings import TraceSettings, load_key
+from warehouse.store import Warehouse
+
+# Selected jobs with real ids; `node_map` renames nodes. Parameters: $since, $until.
+JOBS_SQL = f"""
+WITH sel AS (
+    SELECT * FROM jobs WHERE submit_time >= $since AND submit_time < $until
+),
+gpu AS (
+    SELECT job_id, node, gpu_index,
+           sum(samples) AS n, sum(util_sum) AS util_sum, max(util_max) AS util_max,
+           sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_n, max(mem_peak_bytes) AS mem_peak,
+           max(energy_max_j) - min(energy_min_j) AS energy
+    FROM job_gpu_usage
+    WHERE job_id IN (SELECT job_id FROM sel) AND day <= $until::DATE
+    GROUP BY ALL
+),
+gpu_job AS (
+    SELECT job_id,
+           sum(util_sum) / nullif(sum(n), 0) AS gpu_util_mean,
+           median(util_sum / nullif(n, 0)) AS gpu_util_p50,
+           max(util_max) AS gpu_util_max,
+           sum(sm_sum) / nullif(sum(sm_n), 0) AS sm_active_mean,
+           median(sm_sum / nullif(sm_n, 0)) AS sm_active_p50,
+           max(mem_peak) AS gpu_mem_peak_bytes,
+           sum(energy) AS energy_j
+    FROM gpu GROUP BY job_id
+),
+rdma AS (
+    SELECT job_id, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
+    FROM job_rdma_usage
+    WHERE job_id IN (SELECT job_id FROM sel) AND day <= $until::DATE
+    GROUP BY ALL
+),
+job_nodes AS (
+    SELECT job_id, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i FROM sel
+),
+node_lists AS (
+    SELECT jn.job_id,
+           list(m.alias ORDER BY jn.i) AS nodes,
+           list(r.tx ORDER BY jn.i) AS node_rdma_tx_bytes,
+           list(r.rx ORDER BY jn.i) AS node_rdma_rx_bytes
+    FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma r USING (job_id, node)
+    GROUP BY jn.job_id
+),
+times AS (
+    SELECT *,
+           CASE WHEN start_time < $until THEN start_time END AS t_start,
+           CASE WHEN start_time < $until
+                THEN least(coalesce(end_time, $until), $until) END AS t_end,
+           end_time IS NULL OR end_time > $until AS censored
+    FROM sel
+)
+SELECT t.job_id, t."user", t.account AS "group",
+       (epoch_us(t.submit_time) - epoch_us($since)) / 1e6 AS submit_s,
+       (epoch_us(t.t_start) - epoch_us($since)) / 1e6 AS start_s,
+       (epoch_us(t.t_end) - epoch_us($since)) / 1e6 AS end_s,
+       (epoch_us(t.t_end) - epoch_us(t.t_start)) / 1e6 AS run_s,
+       (epoch_us(t.t_start) - epoch_us(t.submit_time)) / 1e6 AS queue_s,
+       CASE WHEN t.censored AND t.t_start IS NOT NULL THEN 'running'
+            WHEN t.censored THEN 'pending'
+            ELSE {state_sql("t.state")} END AS state,
+       CASE WHEN t.censored OR t.exit_code IS NULL THEN NULL
+            WHEN t.exit_code = 0 THEN 'success'
+            WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
+       t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus,
+       (SELECT any_value(n.gpu_model) FROM nodes n WHERE n.node = t.nodes[1]) AS gpu_model,
+       t.time_limit_s, t.interactive, t.censored, t.dependencies,
+       nl.nodes, g.* EXCLUDE (job_id),
+       (SELECT sum(tx) FROM rdma r WHERE r.job_id = t.job_id)::BIGINT AS rdma_tx_bytes,
+       (SELECT sum(rx) FROM rdma r WHERE r.job_id = t.job_id)::BIGINT AS rdma_rx_bytes,
+       nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
+FROM times t
+LEFT JOIN gpu_job g USING (job_id)
+LEFT JOIN node_lists nl USING (job_id)
+ORDER BY submit_s, t.job_id
+"""
+
+NODES_SQL = """
+SELECT DISTINCT node FROM (
+    SELECT unnest(nodes) AS node FROM jobs
+    WHERE submit_time >= $since AND submit_time < $until
+    UNION ALL
+    SELECT node FROM job_gpu_usage WHERE job_id IN (
+        SELECT job_id FROM jobs WHERE submit_time >= $since AND submit_time < $until)
+    UNION ALL
+    SELECT node FROM job_rdma_usage WHERE job_id IN (
+        SELECT job_id FROM jobs WHERE submit_time >= $since AND submit_time < $until)
+) WHERE node IS NOT NULL ORDER BY node
+"""
+
+# Per job, node, minute from the raw samples of the kept jobs (`kept` holds their real ids).
+TIMESERIES_SQL = """
+WITH per_gpu AS (
+    SELECT job_id, node, gpu_index, date_trunc('minute', ts) AS minute,
+           avg(util) AS util, avg(sm_active) AS sm, max(mem_used_bytes) AS mem,
+           avg(power_w) AS power
+    FROM gpu_samples
+    WHERE job_id IN (SELECT job_id FROM kept) AND ts >= $since AND ts < $until
+    GROUP BY ALL
+),
+g AS (
+    SELECT job_id, node, minute, count(*) AS gpus, avg(util) AS gpu_util, avg(sm) AS sm_active,
+           sum(mem) AS gpu_mem_used_bytes, sum(power) AS gpu_power_w
+    FROM per_gpu GROUP BY ALL
+),
+r AS (
+    SELECT job_id, node, date_trunc('minute', ts) AS minute,
+           sum(tx_delta_bytes) AS rdma_tx_bytes, sum(rx_delta_bytes) AS rdma_rx_bytes
+    FROM rdma_samples
+    WHERE job_id IN (SELECT job_id FROM kept) AND ts >= $since AND ts < $until
+    GROUP BY ALL
+)
+SELECT job_id, m.alias AS node,
+       (epoch_us(minute) - epoch_us($since)) // 1000000 AS minute_s,
+       gpus, gpu_util, sm_active, gpu_mem_used_bytes, gpu_power_w, rdma_tx_bytes, rdma_rx_bytes
+FROM g FULL JOIN r USING (job_id, node, minute) JOIN node_map m USING (node)
+ORDER BY job_id, node, minute_s
+"""
+
+PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,63}$")
+
+
+@dataclass
+class Release:
+    """An anonymized release in memory: what `export_trace` writes, or a dashboard previews."""
+
+    jobs: pa.Table
+    timeseries: pa.Table | None
+    info: ReleaseInfo
+    suppressed_jobs: int
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    jobs: int
+    suppressed_jobs: int
+    aggregates: dict
+
+
+def build_release(
+    warehouse: Warehouse | str | Path,
+    since: datetime,
+    until: datetime,
+    key: bytes,
+    settings: TraceSettings = TraceSettings(),  # noqa: B008 (frozen dataclass)
+    timeseries: bool = False,
+) -> Release:
+    """Select, summarise and anonymize the jobs submitted in [since, until)."""
+    since, until = _utc(since), _utc(until)
+    if until <= since:
+        raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
+    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+    con = wh.connect()
+    params = {"since": since, "until": until}
+    real_nodes = [row[0] for row in con.execute(NODES_SQL, params).fetchall()]
+    width = max(3, len(str(len(real_nodes))))
+    aliases = [f"n{i:0{width}d}" for i in range(1, len(real_nodes) + 1)]
+    con.register("node_map", pa.table({"node": real_nodes, "alias": aliases}))
+    raw = con.sql(JOBS_SQL, params=params).to_arrow_table()
+    kept, suppressed = apply_k_anonymity(raw, settings.k, settings.rare_shapes)
+    kept = kept.sort_by([("submit_s", "ascending"), ("job_id", "ascending")])
+    series = None
+    if timeseries:
+        con.register("kept", kept.select(["job_id"]))
+        series = con.sql(TIMESERIES_SQL, params=params).to_arrow_table()
+        series = series.set_column(0, "job_id", pseudonymize(series["job_id"], key, "j"))
+        series = conform(TIMESERIES, series)
+    jobs = _pseudonymize_jobs(kept, key)
+    jobs = conform(JOBS, jobs, dropped=settings.drop)
+    info = ReleaseInfo(
+        title=settings.title,
+        release_start=since,
+        release_end=until,
+        source="sing export",
+        collection=_collection_text(settings),
+        anonymization=_anonymization_lines(settings, suppressed, len(real_nodes)),
+        biases=BIASES,
+    )
+    return Release(jobs, series, info, suppressed)
+
+
+def export_trace(
+    warehouse: Warehouse | str | Path,
+    since: datetime,
+    until: datetime,
+    out_dir: str | Path,
+    key: bytes | None = None,
+    settings: TraceSettings = TraceSettings(),  # noqa: B008 (frozen dataclass)
+    timeseries: bool = False,
+) -> ExportResult:
+    """Write an anonymized trace of [since, until) to `out_dir` (atomically).
+
+    `key` is the release's HMAC key; None reads `settings.key_file` or makes a fresh one.
+    """
+    key = key if key is not None else load_key(settings.key_file)
+    release = build_release(warehouse, since, until, key, settings, timeseries)
+    path = write_trace(out_dir, release.jobs, release.info, release.timeseries, settings.write_csv)
+    return ExportResult(
+        path, release.jobs.num_rows, release.suppressed_jobs, aggregates.compute(release.jobs)
+    )
+
+
+def export_zip(
+    warehouse: Warehouse | str | Path,
+    since: datetime,
+    until: datetime,
+    key: bytes | None = None,
+    settings: TraceSettings = TraceSettings(),  # noqa: B008 (frozen dataclass)
+    timeseries: bool = False,
+) -> bytes:
+    """The same release as a zip archive in memory (for a dashboard's download button)."""
+    with tempfile.TemporaryDirectory(prefix="sing-trace-") as tmp:
+        result = export_trace(
+            warehouse, since, until, Path(tmp) / "trace", key, settings, timeseries
+        )
+        return zip_trace(result.path)
+
+
+def _pseudonymize_jobs(jobs: pa.Table, key: bytes) -> pa.Table:
+    group = jobs["group"]
+    merged = pc.equal(group, OTHER)
+    jobs = jobs.set_column(0, "job_id", pseudonymize(jobs["job_id"], key, "j"))
+    users = jobs.column_names.index("user")
+    jobs = jobs.set_column(users, "user", pseudonymize(jobs["user"], key, "u"))
+    groups = jobs.column_names.index("group")
+    pseudo = pc.if_else(merged, OTHER, pseudonymize(group, key, "g"))
+    jobs = jobs.set_column(groups, "group", pseudo)
+    deps = jobs.column_names.index("dependencies")
+    return jobs.set_column(deps, "dependencies", _clean_dependencies(jobs["dependencies"]))
+
+
+def _clean_dependencies(column: pa.ChunkedArray) -> pa.Array:
+    """Keep only package-name -> version pairs: a path, URL or free text never leaves."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    cleaned = []
+    for text in encoded.dictionary.to_pylist():
+        try:
+            declared = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            declared = None
+        if not isinstance(declared, dict):
+            cleaned.append(None)
+            continue
+        kept = {
+            name: version
+            for name, version in declared.items()
+            if PACKAGE_NAME.match(name) and isinstance(version, str) and VERSION.match(version)
+        }
+        cleaned.append(json.dumps(kept, sort_keys=True))
+    return pc.take(pa.array(cleaned, pa.string()), encoded.indices)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _collection_text(settings: TraceSettings) -> str:
+    return (
+        f"Exported by {settings.collected_by}. Jobs come from the scheduler's accounting "
+        "records; GPU figures from per-GPU samples (NVML/DCGM, typically every 15 s) attributed "
+        "to the job holding the GPU; RDMA bytes from per-port InfiniBand/RoCE counters of the "
+        "job's nodes. Every job submitted in the window is included unless the policy below "
+        "left it out."
+    )
+
+
+def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -> list[str]:
+    return [
+        "Users, groups and job ids are HMAC-SHA256 pseudonyms under a secret per-release key "
+        "(not a bare hash); the same key was reused only if the publisher chose to.",
+        "Job names, commands, working directories, paths, hostnames and IPs are not included; "
+        f"the {nodes} nodes are renamed n001, n002, ... in name order.",
+        "Times are seconds since the release start; dependencies keep only package names and "
+        "versions.",
+        f"Groups with fewer than k={settings.k} users are merged into group 'other'.",
+        f"Rare resource shapes (fewer than k={settings.k} users): policy '{settings.rare_shapes}'; "
+        f"{suppressed} jobs left out.",
+        "Fields left out: " + (", ".join(settings.drop) or "none") + ".",
+    ]
+
+
+BIASES = [
+    "Telemetry of a censored job covers samples up to the end of the release's last day.",
+    "Jobs whose shape was rare were generalised or left out, so the largest and most unusual "
+    "jobs are under-represented.",
+    "GPU utilisation is the driver's coarse 'any kernel running' ratio; SM activity is the "
+    "better measure of how busy a GPU was.",
+    "Jobs without samples (e.g. CPU-only, or before monitoring started) have empty telemetry.",
+]

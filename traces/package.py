@@ -1,0 +1,198 @@
+"""Writing a trace directory: tables, datapackage.json, datasheet and golden aggregates.
+
+Everything is written into a temporary sibling directory that is renamed onto the target only
+when complete, so an interrupted or failed export or import leaves nothing half-written where the
+user asked for the trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from string import Template
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sing.errors import UserError
+from traces import aggregates
+from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, TIMESERIES, Resource
+
+DATAPACKAGE = "datapackage.json"
+AGGREGATES = "aggregates.json"
+DATASHEET_TEMPLATE = Path(__file__).with_name("datasheet.md")
+
+
+@dataclass
+class ReleaseInfo:
+    """What the datasheet says about a release besides its data."""
+
+    title: str
+    release_start: datetime
+    release_end: datetime | None = None
+    collection: str = ""
+    anonymization: list[str] = field(default_factory=list)
+    biases: list[str] = field(default_factory=list)
+    source: str = ""  # "sing export" or "import:<format>"
+
+
+def write_trace(
+    out_dir: str | Path,
+    jobs: pa.Table,
+    info: ReleaseInfo,
+    timeseries: pa.Table | None = None,
+    write_csv: bool = True,
+) -> Path:
+    """Write a complete trace directory at `out_dir` (which must not exist or be empty)."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: already exists and is not an empty directory; choose a new --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        tables = [(JOBS, jobs)] + ([(TIMESERIES, timeseries)] if timeseries is not None else [])
+        resources = []
+        for spec, data in tables:
+            resources += _write_table(tmp, spec, data, write_csv)
+        figures = aggregates.compute(jobs, timeseries)
+        (tmp / AGGREGATES).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+        package = _datapackage(info, resources, figures)
+        (tmp / DATAPACKAGE).write_text(json.dumps(package, indent=2) + "\n")
+        (tmp / "README.md").write_text(_datasheet(info, package, figures))
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def zip_trace(trace_dir: str | Path) -> bytes:
+    """The trace directory as a zip archive in memory (for a download button)."""
+    trace_dir = Path(trace_dir)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(trace_dir.rglob("*")):
+            if path.is_file():
+                archive.write(path, f"{trace_dir.name}/{path.relative_to(trace_dir)}")
+    return buffer.getvalue()
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _write_table(directory: Path, spec: Resource, data: pa.Table, write_csv: bool) -> list[dict]:
+    """Write Parquet (and CSV) for one table; return their Frictionless resource descriptors."""
+    names = set(data.column_names)
+    fields = [f for f in spec.fields if f.name in names]
+    data = data.select([f.name for f in fields])
+    schema = {
+        "fields": [f.descriptor() for f in fields],
+        "primaryKey": list(spec.primary_key),
+    }
+    parquet = directory / f"{spec.name}.parquet"
+    pq.write_table(data, parquet, compression="zstd")
+    resources = [_resource(spec.name, parquet, "parquet", spec, schema, data.num_rows)]
+    if write_csv:
+        csv = directory / f"{spec.name}.csv"
+        _write_csv(data, csv, spec)
+        resources.append(_resource(f"{spec.name}-csv", csv, "csv", spec, schema, data.num_rows))
+    return resources
+
+
+def _write_csv(data: pa.Table, path: Path, spec: Resource) -> None:
+    """CSV with arrays as JSON text (as Frictionless reads them); DuckDB writes it in parallel."""
+    columns = []
+    for name in data.column_names:
+        quoted = '"' + name + '"'
+        is_list = pa.types.is_list(data.schema.field(name).type)
+        columns.append(f"to_json({quoted})::VARCHAR AS {quoted}" if is_list else quoted)
+    con = duckdb.connect()
+    con.register("data", data)
+    target = str(path).replace("'", "''")
+    con.execute(
+        f"COPY (SELECT {', '.join(columns)} FROM data) TO '{target}' "
+        "(FORMAT csv, HEADER true, NULLSTR '')"
+    )
+
+
+def _resource(name: str, path: Path, fmt: str, spec: Resource, schema: dict, rows: int) -> dict:
+    out = {
+        "name": name,
+        "path": path.name,
+        "profile": "tabular-data-resource",
+        "format": fmt,
+        "description": spec.description,
+        "schema": schema,
+        "bytes": path.stat().st_size,
+        "hash": file_digest(path),
+        "rows": rows,
+    }
+    if fmt == "csv":
+        out["encoding"] = "utf-8"
+        out["mediatype"] = "text/csv"
+    else:
+        out["mediatype"] = "application/vnd.apache.parquet"
+    return out
+
+
+def _datapackage(info: ReleaseInfo, resources: list[dict], figures: dict) -> dict:
+    return {
+        "profile": "tabular-data-package",
+        "name": "sing-trace",
+        "title": info.title,
+        "version": FORMAT_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "sing_format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
+        "release_start": info.release_start.astimezone(UTC).isoformat(),
+        "release_end": info.release_end.astimezone(UTC).isoformat() if info.release_end else None,
+        "source": info.source,
+        "aggregates": AGGREGATES,
+        "resources": resources,
+    }
+
+
+def _datasheet(info: ReleaseInfo, package: dict, figures: dict) -> str:
+    bullets = lambda lines: "\n".join(f"- {line}" for line in lines) or "- none recorded"  # noqa: E731
+    files = [
+        f"| `{r['path']}` | {r['description']} ({r['rows']} rows, {r['format']}) |"
+        for r in package["resources"]
+    ]
+    files += [
+        f"| `{DATAPACKAGE}` | field descriptions (Frictionless Data Package) |",
+        f"| `{AGGREGATES}` | golden aggregates |",
+    ]
+    jobs_fields = next(r for r in package["resources"] if r["name"] == "jobs")["schema"]["fields"]
+    fields = [
+        f"| {f['name']} | {f['type']} | {f.get('unit', '')} | {f['description']} |"
+        for f in jobs_fields
+    ]
+    return Template(DATASHEET_TEMPLATE.read_text()).substitute(
+        title=info.title,
+        format_name=FORMAT_NAME,
+        format_version=FORMAT_VERSION,
+        release_start=package["release_start"],
+        release_end=package["release_end"] or "open (imported trace)",
+        jobs=figures["jobs"],
+        gpu_jobs=figures["gpu_jobs"],
+        gpu_hours=f"{figures['gpu_hours']:.1f}",
+        users=figures["users"],
+        censored_jobs=figures["censored_jobs"],
+        collection=info.collection or "Not recorded.",
+        anonymization=bullets(info.anonymization),
+        biases=bullets(info.biases),
+        files="\n".join(files),
+        fields="\n".join(fields),
+    )
