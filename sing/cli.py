@@ -16,7 +16,14 @@ from sing.config import Config, ConfigError
 from sing.errors import UserError
 
 # Modules that contribute subcommands, in the order `sing --help` lists them.
-COMMAND_MODULES = ("warehouse.cli", "scheduler.cli", "executors.cli")
+COMMAND_MODULES = (
+    "warehouse.cli",
+    "warehouse.reports_cli",
+    "scheduler.cli",
+    "executors.cli",
+    "exporters.cli",
+    "collector.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

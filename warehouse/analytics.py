@@ -1,0 +1,257 @@
+"""The questions admins, users and researchers ask, as SQL over the warehouse views.
+
+Every function takes a connection from `Warehouse.connect()` and returns a polars DataFrame (or a
+dict for one job), so the CLI prints it as JSON and the dashboards chart it. Per-job figures come
+from the `job_gpu_usage` / `job_rdma_usage` rollups (samples carry their job id), never from
+joining raw samples to allocation intervals at query time.
+
+Windows: a job belongs to [since, until) when its allocation overlaps it; job figures are over
+the whole job. Jobs still running count up to `now`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import duckdb
+import polars as pl
+
+# Per-job usage over the job's whole life, one row per job (the base of most reports).
+JOB_USAGE_SQL = """
+WITH gpu AS (
+    SELECT job_id, node, gpu_index,
+           sum(samples) AS samples, sum(util_sum) AS util_sum, max(util_max) AS util_max,
+           sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_samples,
+           sum(idle_samples) AS idle_samples, max(mem_peak_bytes) AS mem_peak_bytes,
+           max(mem_total_bytes) AS mem_total_bytes,
+           max(energy_max_j) - min(energy_min_j) AS energy_j
+    FROM job_gpu_usage GROUP BY ALL
+), usage AS (
+    SELECT job_id,
+           sum(util_sum) / nullif(sum(samples), 0) AS mean_util,
+           sum(sm_sum) / nullif(sum(sm_samples), 0) AS mean_sm_active,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
+           count(*) FILTER (WHERE util_max < $idle_sample) AS gpus_never_used,
+           count(*) AS gpus_sampled,
+           max(mem_peak_bytes) AS peak_mem_bytes,
+           max(mem_total_bytes) AS gpu_mem_bytes,
+           sum(energy_j) AS energy_j
+    FROM gpu GROUP BY job_id
+), rdma AS (
+    SELECT job_id, sum(tx_bytes) AS rdma_tx_bytes, sum(rx_bytes) AS rdma_rx_bytes
+    FROM job_rdma_usage GROUP BY job_id
+)
+SELECT j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
+       j.submit_time, j.start_time, j.end_time, j.num_nodes, j.num_gpus, j.gpus_per_node,
+       j.nodes,
+       epoch(coalesce(j.end_time, $now) - j.start_time) AS run_s,
+       epoch(j.start_time - j.submit_time) AS queue_s,
+       j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 AS gpu_hours,
+       u.mean_util, u.mean_sm_active, u.idle_share,
+       j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 * u.idle_share
+           AS idle_gpu_hours,
+       u.gpus_never_used, u.gpus_sampled, u.peak_mem_bytes, u.gpu_mem_bytes, u.energy_j,
+       r.rdma_tx_bytes, r.rdma_rx_bytes,
+       (coalesce(r.rdma_tx_bytes, 0) + coalesce(r.rdma_rx_bytes, 0))
+           / nullif(j.num_nodes * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600, 0)
+           AS rdma_bytes_per_node_hour
+FROM jobs j
+LEFT JOIN usage u USING (job_id)
+LEFT JOIN rdma r USING (job_id)
+WHERE j.start_time IS NOT NULL
+  AND j.start_time < $until AND coalesce(j.end_time, $now) > $since
+"""
+
+
+def _window(
+    since: datetime | None, until: datetime | None, now: datetime | None
+) -> dict[str, datetime]:
+    now = now or datetime.now(UTC)
+    return {
+        "since": since or datetime(1970, 1, 1, tzinfo=UTC),
+        "until": until or now + timedelta(days=1),
+        "now": now,
+    }
+
+
+def job_usage(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """One row per job overlapping the window, with its efficiency figures."""
+    from warehouse.rollups import IDLE_SAMPLE_UTIL
+
+    params = {**_window(since, until, now), "idle_sample": IDLE_SAMPLE_UTIL}
+    return con.sql(JOB_USAGE_SQL, params=params).pl()
+
+
+def utilization_by_node_count(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    partition: str | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """The paper's headline figure: GPU-hour-weighted utilisation by job node count.
+
+    Node counts are grouped as 1, 2, 3-4, 5-8, ... (labelled by the power of two above).
+    """
+    usage = job_usage(con, since, until, now).filter(pl.col("mean_util").is_not_null())
+    if partition:
+        usage = usage.filter(pl.col("partition") == partition)
+    con.register("_usage", usage.to_arrow())
+    return con.sql(
+        """
+        SELECT CAST(pow(2, ceil(log2(greatest(num_nodes, 1)))) AS INTEGER) AS nodes,
+               count(*) AS jobs,
+               sum(gpu_hours) AS gpu_hours,
+               sum(mean_util * gpu_hours) / sum(gpu_hours) AS weighted_util,
+               avg(mean_util) AS mean_job_util,
+               quantile_cont(mean_util, 0.1) AS p10_util,
+               quantile_cont(mean_util, 0.5) AS p50_util,
+               quantile_cont(mean_util, 0.9) AS p90_util,
+               sum(idle_gpu_hours) AS idle_gpu_hours
+        FROM _usage GROUP BY 1 ORDER BY 1
+        """
+    ).pl()
+
+
+def fairness(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> tuple[pl.DataFrame, float]:
+    """Per-user GPU-hour share against an equal share, queueing delay, and Jain's index.
+
+    Jain's index over per-user GPU-hours: 1 when every active user got the same, 1/n when
+    one user got everything.
+    """
+    params = _window(since, until, now)
+    users = con.sql(
+        """
+        WITH j AS (
+            SELECT user,
+                   num_gpus * epoch(least(coalesce(end_time, $now), $until)
+                                    - greatest(start_time, $since)) / 3600 AS gpu_hours,
+                   epoch(start_time - submit_time) / 3600 AS queue_h
+            FROM jobs
+            WHERE start_time IS NOT NULL
+              AND start_time < $until AND coalesce(end_time, $now) > $since
+        )
+        SELECT user, count(*) AS jobs, sum(gpu_hours) AS gpu_hours,
+               sum(gpu_hours) / sum(sum(gpu_hours)) OVER () AS share,
+               1 / count(*) OVER () AS equal_share,
+               avg(queue_h) AS mean_queue_h,
+               quantile_cont(queue_h, 0.95) AS p95_queue_h
+        FROM j GROUP BY user ORDER BY gpu_hours DESC
+        """,
+        params=params,
+    ).pl()
+    return users, jain_index(users["gpu_hours"].to_list())
+
+
+def jain_index(values: list[float]) -> float:
+    """(sum x)^2 / (n * sum x^2); 1.0 for an empty or all-zero list."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return 1.0 if squares == 0 else total * total / (len(values) * squares)
+
+
+def idle_multinode_jobs(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    util_threshold: float = 0.05,
+    rdma_threshold: float = 1e9,
+    min_nodes: int = 2,
+    running_only: bool = False,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Jobs on >= `min_nodes` nodes whose mean GPU utilisation is under the threshold,
+    ranked by wasted GPU-hours (allocated GPU-hours times the unused share)."""
+    usage = job_usage(con, since, until, now)
+    if running_only:
+        usage = usage.filter(pl.col("end_time").is_null())
+    return (
+        usage.filter(
+            (pl.col("num_nodes") >= min_nodes)
+            & (pl.col("mean_util").fill_null(0.0) < util_threshold)
+        )
+        .with_columns(
+            wasted_gpu_hours=pl.col("gpu_hours") * (1 - pl.col("mean_util").fill_null(0.0)),
+            low_rdma=pl.col("rdma_bytes_per_node_hour").fill_null(0.0) < rdma_threshold,
+        )
+        .sort("wasted_gpu_hours", descending=True)
+        .select(
+            "job_id",
+            "user",
+            "account",
+            "state",
+            "num_nodes",
+            "num_gpus",
+            "start_time",
+            "end_time",
+            "run_s",
+            "gpu_hours",
+            "mean_util",
+            "wasted_gpu_hours",
+            "rdma_bytes_per_node_hour",
+            "low_rdma",
+            "nodes",
+        )
+    )
+
+
+def cluster_usage(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    bucket: str = "day",
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Per time bucket: GPU assignment rate (allocated GPU-time / capacity) and utilisation
+    (mean over all GPUs of the cluster, busy or not)."""
+    if bucket not in ("hour", "day", "week"):
+        raise ValueError("bucket must be hour, day or week")
+    params = _window(since, until, now)
+    step = {"hour": "1 hour", "day": "1 day", "week": "7 days"}[bucket]
+    return con.sql(
+        f"""
+        WITH capacity AS (SELECT sum(gpus) AS gpus FROM nodes),
+        alloc AS (
+            SELECT date_trunc('{bucket}', b) AS bucket,
+                   sum(num_gpus * epoch(least(coalesce(end_time, $now), b + INTERVAL '{step}')
+                                        - greatest(start_time, b))) AS gpu_s
+            FROM jobs,
+                 unnest(generate_series(date_trunc('{bucket}', greatest(start_time, $since)),
+                                        least(coalesce(end_time, $now), $until),
+                                        INTERVAL '{step}')) AS t(b)
+            WHERE start_time IS NOT NULL
+              AND start_time < $until AND coalesce(end_time, $now) > $since
+            GROUP BY 1
+        ),
+        used AS (
+            SELECT date_trunc('{bucket}', hour) AS bucket,
+                   sum(util_sum) / sum(samples) AS util,
+                   sum(assigned_samples) / sum(samples) AS sampled_assignment
+            FROM gpu_hourly WHERE hour >= $since AND hour < $until GROUP BY 1
+        ),
+        span AS (
+            SELECT bucket,
+                   epoch(least(bucket + INTERVAL '{step}', $until, $now) - greatest(bucket, $since))
+                       AS seconds
+            FROM (SELECT bucket FROM alloc UNION SELECT bucket FROM used)
+        )
+        SELECT s.bucket, a.gpu_s / 3600 AS allocated_gpu_hours,
+               (SELECT gpus FROM capacity) * s.seconds / 3600 AS capacity_gpu_hours,
+               least(a.gpu_s / nullif((SELECT gpus FROM capacity) * s.seconds, 0), 1)
+                   AS assignment_rate,
+               u.util, u.sampled_assignment
+        FROM span s LEFT JOIN alloc a USING (bucket) LEFT JOIN used u USING (bucket)
+        WHERE s.seconds > 0
+        ORDER BY s.bucket
+        """,
+        params=params,
+    ).pl()

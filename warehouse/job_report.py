@@ -1,0 +1,177 @@
+"""`sing job JOB_ID`: one job's efficiency on one screen, with plain-language notes.
+
+The notes are data (`job_notes.toml`, or the file named by [thresholds] notes_file): a SQL
+condition over the job's figures and a message template, so admins change wording and
+thresholds without touching code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from sing.config import Thresholds
+from sing.errors import UserError
+from warehouse.analytics import JOB_USAGE_SQL
+from warehouse.rollups import IDLE_SAMPLE_UTIL
+
+DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
+GIB = 2**30
+
+
+def load_notes(path: Path | None) -> list[dict[str, str]]:
+    path = path or DEFAULT_NOTES
+    try:
+        notes = tomllib.loads(path.read_text()).get("note", [])
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"job notes file {path}: {err}") from err
+    for n, note in enumerate(notes, start=1):
+        if set(note) != {"when", "say"}:
+            raise UserError(f"{path}: note {n} needs exactly the keys 'when' and 'say'")
+    return notes
+
+
+def job_report(
+    con: duckdb.DuckDBPyConnection,
+    job_id: str,
+    thresholds: Thresholds,
+    notes: list[dict[str, str]],
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Everything `sing job` shows: the job's figures, per-GPU and per-node rows, notes."""
+    now = now or datetime.now(UTC)
+    params = {
+        "since": datetime(1970, 1, 1, tzinfo=UTC),
+        "until": now,
+        "now": now,
+        "idle_sample": IDLE_SAMPLE_UTIL,
+    }
+    rows = con.sql(
+        f"SELECT * FROM ({JOB_USAGE_SQL}) WHERE job_id = $job_id",
+        params={**params, "job_id": job_id},
+    ).pl()
+    if rows.is_empty():
+        state = con.execute("SELECT state FROM jobs WHERE job_id = ?", [job_id]).fetchone()
+        if state is None:
+            raise UserError(f"no job {job_id} in the warehouse")
+        raise UserError(f"job {job_id} has not started (state {state[0]})")
+    job = rows.row(0, named=True)
+    job["per_gpu"] = (
+        con.sql(
+            """
+        SELECT node, gpu_index, sum(util_sum) / sum(samples) AS mean_util,
+               max(util_max) AS max_util,
+               sum(sm_sum) / nullif(sum(sm_samples), 0) AS mean_sm_active,
+               max(mem_peak_bytes) AS peak_mem_bytes,
+               max(energy_max_j) - min(energy_min_j) AS energy_j
+        FROM job_gpu_usage WHERE job_id = ? GROUP BY ALL ORDER BY node, gpu_index
+        """,
+            params=[job_id],
+        )
+        .pl()
+        .to_dicts()
+    )
+    job["per_node_rdma"] = (
+        con.sql(
+            """
+        SELECT node, sum(tx_bytes) AS tx_bytes, sum(rx_bytes) AS rx_bytes
+        FROM job_rdma_usage WHERE job_id = ? GROUP BY node ORDER BY node
+        """,
+            params=[job_id],
+        )
+        .pl()
+        .to_dicts()
+    )
+    job["notes"] = evaluate_notes(con, job, thresholds, notes)
+    return job
+
+
+def evaluate_notes(
+    con: duckdb.DuckDBPyConnection,
+    job: dict[str, Any],
+    thresholds: Thresholds,
+    notes: list[dict[str, str]],
+) -> list[str]:
+    figures = {**_derived(job), **asdict(thresholds)}
+    figures = {k: v for k, v in figures.items() if isinstance(v, int | float | str) or v is None}
+    names = list(figures)
+    select = ", ".join(f"${n} AS {n}" for n in names)
+    said = []
+    for note in notes:
+        try:
+            hit = con.execute(
+                f"SELECT coalesce(({note['when']}), false) FROM (SELECT {select})", figures
+            ).fetchone()[0]
+        except duckdb.Error as err:
+            raise UserError(f"job note condition {note['when']!r} is not valid SQL: {err}") from err
+        if hit:
+            said.append(note["say"].format_map(_Blank(figures)))
+    return said
+
+
+def _derived(job: dict[str, Any]) -> dict[str, Any]:
+    out = dict(job)
+    out["rdma_gb_per_node_hour"] = (job.get("rdma_bytes_per_node_hour") or 0) / 1e9
+    out["peak_mem_gib"] = (job.get("peak_mem_bytes") or 0) / GIB
+    out["gpu_mem_gib"] = (job.get("gpu_mem_bytes") or 0) / GIB
+    for key in ("mean_util", "rdma_bytes_per_node_hour", "peak_mem_bytes", "gpus_never_used"):
+        out[key] = out.get(key) if out.get(key) is not None else 0
+    return out
+
+
+class _Blank(dict):
+    """format_map helper: a name a note uses but the job lacks prints as '?'."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def render(job: dict[str, Any]) -> str:
+    """The human screen of `sing job`."""
+    run_h = (job["run_s"] or 0) / 3600
+    lines = [
+        f"Job {job['job_id']}  user {job['user']}  account {job['account']}  "
+        f"partition {job['partition']}",
+        f"State {job['state']}  exit code {_na(job['exit_code'])}  "
+        f"{job['num_nodes']} node(s), {job['num_gpus']} GPU(s)  run time {run_h:.2f} h  "
+        f"queued {(job['queue_s'] or 0) / 3600:.2f} h",
+        f"Nodes: {', '.join(job['nodes'] or [])}",
+        "",
+        f"GPU-hours allocated {job['gpu_hours']:.1f}   idle GPU-hours "
+        f"{job['idle_gpu_hours'] or 0:.1f}   energy {(job['energy_j'] or 0) / 3.6e6:.2f} kWh",
+        f"GPU utilization  {_bar(job['mean_util'])}  SM activity  {_bar(job['mean_sm_active'])}",
+        f"Peak GPU memory  {(job['peak_mem_bytes'] or 0) / GIB:.1f} GiB",
+        "",
+        "Per GPU:",
+    ]
+    for g in job["per_gpu"]:
+        lines.append(
+            f"  {g['node']}:{g['gpu_index']}  util {_bar(g['mean_util'])}  "
+            f"mem {(g['peak_mem_bytes'] or 0) / GIB:5.1f} GiB"
+        )
+    if job["per_node_rdma"]:
+        lines.append("RDMA per node:")
+        for r in job["per_node_rdma"]:
+            lines.append(
+                f"  {r['node']}  sent {(r['tx_bytes'] or 0) / 1e9:.2f} GB  "
+                f"received {(r['rx_bytes'] or 0) / 1e9:.2f} GB"
+            )
+    if job["notes"]:
+        lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
+    return "\n".join(lines)
+
+
+def _bar(ratio: float | None, width: int = 20) -> str:
+    if ratio is None:
+        return "[" + " " * width + "]  n/a"
+    filled = round(max(0.0, min(1.0, ratio)) * width)
+    return "[" + "#" * filled + "." * (width - filled) + f"] {ratio:4.0%}"
+
+
+def _na(value: object) -> str:
+    return "n/a" if value is None else str(value)

@@ -1,0 +1,130 @@
+"""`sing report ...`, `sing job JOB_ID` and `sing demo-data`: analytics from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from sing.config import Config
+from sing.errors import UserError
+from warehouse import analytics
+from warehouse.job_report import job_report, load_notes, render
+from warehouse.store import Warehouse
+from warehouse.synthetic import generate
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    report = subparsers.add_parser("report", help="cluster, fairness and efficiency reports")
+    sub = report.add_subparsers(dest="report", metavar="REPORT", required=True)
+    for name, help_text in (
+        ("jobs", "per-job efficiency: GPU-hours, utilization, idle GPU-hours, energy, RDMA"),
+        ("by-nodes", "GPU utilization by job node count (the SING paper's headline figure)"),
+        ("fairness", "GPU-hours per user vs equal share, Jain's index, queueing delay"),
+        ("idle", "multi-node jobs holding GPUs they barely use, by wasted GPU-hours"),
+        ("cluster", "GPU assignment rate and utilization over time"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--since", type=_time, help="window start (ISO 8601, UTC)")
+        p.add_argument("--until", type=_time, help="window end (ISO 8601, UTC)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=cmd_report)
+    sub.choices["by-nodes"].add_argument("--partition")
+    sub.choices["idle"].add_argument("--threshold", type=float, help="mean util below this")
+    sub.choices["idle"].add_argument("--min-nodes", type=int, default=2)
+    sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
+    sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
+
+    job = subparsers.add_parser("job", help="one job's efficiency report with notes")
+    job.add_argument("job_id")
+    job.add_argument("--json", action="store_true")
+    job.set_defaults(func=cmd_job)
+
+    demo = subparsers.add_parser("demo-data", help="write a synthetic campus history")
+    demo.add_argument("--nodes", type=int, default=16)
+    demo.add_argument("--gpus-per-node", type=int, default=8)
+    demo.add_argument("--days", type=float, default=14)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--end", type=_time, help="end of the history (default: now)")
+    demo.set_defaults(func=cmd_demo_data)
+
+
+def _time(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from err
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, dict]:
+    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
+    window = {"since": args.since, "until": args.until}
+    extra: dict = {}
+    if args.report == "jobs":
+        frame = analytics.job_usage(con, **window)
+    elif args.report == "by-nodes":
+        frame = analytics.utilization_by_node_count(con, partition=args.partition, **window)
+    elif args.report == "fairness":
+        frame, jain = analytics.fairness(con, **window)
+        extra["jain_index"] = jain
+    elif args.report == "idle":
+        t = config.thresholds
+        frame = analytics.idle_multinode_jobs(
+            con,
+            util_threshold=args.threshold if args.threshold is not None else t.idle_util,
+            rdma_threshold=t.low_rdma_bytes_per_node_hour,
+            min_nodes=args.min_nodes,
+            running_only=args.running,
+            **window,
+        )
+    else:
+        frame = analytics.cluster_usage(con, bucket=args.bucket, **window)
+    return frame, extra
+
+
+def cmd_report(args: argparse.Namespace, config: Config) -> int:
+    frame, extra = run_report(args, config)
+    if args.json:
+        json.dump({"rows": frame.to_dicts(), **extra}, sys.stdout, default=str)
+        print()
+        return 0
+    with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40, tbl_width_chars=160):
+        print(frame)
+    for key, value in extra.items():
+        print(f"{key}: {value:.3f}")
+    return 0
+
+
+def cmd_job(args: argparse.Namespace, config: Config) -> int:
+    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
+    thresholds = config.thresholds
+    notes_file = config.resolve_path(thresholds.notes_file) if thresholds.notes_file else None
+    job = job_report(con, args.job_id, thresholds, load_notes(notes_file))
+    if args.json:
+        json.dump(job, sys.stdout, default=str)
+        print()
+    else:
+        print(render(job))
+    return 0
+
+
+def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
+    root = Path(config.warehouse_dir(args.warehouse))
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.days <= 0:
+        raise UserError("--nodes, --gpus-per-node and --days must be positive")
+    counts = generate(
+        Warehouse(root),
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        days=args.days,
+        seed=args.seed,
+        end=args.end,
+        cluster=config.site.cluster,
+    )
+    print(f"wrote {counts} into {root}")
+    return 0
