@@ -1,0 +1,93 @@
+"""One round's warehouse rows: GPU samples stamped with their job, RDMA samples with deltas,
+and one `scrapes` row per target.
+
+Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
+join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
+node's own attribution (`sing_gpu_job_info`, or dcgm-exporter's `hpc_job` label); failing that,
+from the allocations the last job sync found running. A node's RDMA traffic belongs to the job
+holding most of its GPUs (ties: the lowest job id).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import pyarrow as pa
+
+from collector.convert import NodeReading
+from collector.counters import CounterDeltas
+from warehouse.schema import TABLES
+
+# (node, gpu index) -> job id, for GPUs whose exporter does not say who holds them.
+Allocations = dict[tuple[str, int], str]
+
+
+class RoundRows:
+    """Accumulates rows of one round (scrape or pull step); `tables()` gives one batch each."""
+
+    def __init__(self, deltas: CounterDeltas, allocations: Allocations | None = None) -> None:
+        self._deltas = deltas
+        self._allocations = allocations or {}
+        self._rows: dict[str, list[dict]] = {"gpu_samples": [], "rdma_samples": [], "scrapes": []}
+
+    def add_node(self, ts: datetime, node: str, reading: NodeReading) -> None:
+        jobs: dict[int, str] = {}
+        for index, values in sorted(reading.gpus.items()):
+            job = reading.jobs.get(index) or self._allocations.get((node, index))
+            if job:
+                jobs[index] = job
+            self._rows["gpu_samples"].append(
+                {"ts": ts, "node": node, "gpu_index": index, "job_id": job, **values}
+            )
+        node_job = _majority_job(jobs)
+        for (device, port), counters in sorted(reading.ports.items()):
+            tx, rx = counters.get("tx_bytes"), counters.get("rx_bytes")
+            self._rows["rdma_samples"].append(
+                {
+                    "ts": ts,
+                    "node": node,
+                    "device": device,
+                    "port": port,
+                    **counters,
+                    "tx_delta_bytes": self._deltas.delta((node, device, port, "tx"), tx),
+                    "rx_delta_bytes": self._deltas.delta((node, device, port, "rx"), rx),
+                    "job_id": node_job,
+                }
+            )
+
+    def add_scrape(
+        self,
+        ts: datetime,
+        target: str,
+        node: str,
+        duration_s: float | None,
+        samples: int,
+        error: str | None,
+    ) -> None:
+        self._rows["scrapes"].append(
+            {
+                "ts": ts,
+                "target": target,
+                "node": node,
+                "up": error is None,
+                "duration_s": duration_s,
+                "samples": samples,
+                "error": error,
+            }
+        )
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The non-empty batches, typed exactly as warehouse/schema.py says."""
+        return {
+            name: pa.Table.from_pylist(rows, schema=TABLES[name].schema)
+            for name, rows in self._rows.items()
+            if rows
+        }
+
+
+def _majority_job(jobs: dict[int, str]) -> str | None:
+    if not jobs:
+        return None
+    counts = Counter(jobs.values())
+    return min(counts, key=lambda job: (-counts[job], job))

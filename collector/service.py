@@ -1,0 +1,180 @@
+"""The collector: rounds of scraping (or pulling), job sync and maintenance on one schedule.
+
+Each round reads every target concurrently, turns the readings into rows (jobs stamped, RDMA
+deltas computed) and hands one batch per table to the buffered writer, so the warehouse sees
+three appends per round whatever the number of nodes. Each warehouse append is atomic, so a
+collector killed at any moment loses at most the round in flight; on restart it takes the RDMA
+counters' last values from the warehouse and carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.schedulers.blocking import BlockingScheduler
+
+from collector.convert import NodeReading
+from collector.counters import CounterDeltas
+from collector.jobsync import JobSync, running_allocations
+from collector.rows import Allocations, RoundRows
+from collector.scrape import scrape
+from collector.selfmetrics import SelfMetrics
+from collector.settings import CollectorSettings
+from collector.targets import Target
+from collector.writer import BufferedWriter
+from sing.config import Config
+from warehouse.store import Warehouse
+
+log = logging.getLogger(__name__)
+
+# On restart, RDMA counters stored this recently are the baseline of the next deltas.
+SEED_WINDOW = timedelta(hours=1)
+
+
+@dataclass
+class RoundSummary:
+    targets: int
+    up: int
+    rows: int
+    seconds: float
+
+
+class Collector:
+    def __init__(
+        self,
+        config: Config,
+        settings: CollectorSettings,
+        warehouse: Warehouse,
+        targets: Callable[[], list[Target]],
+        job_sync: JobSync | None = None,
+        metrics: SelfMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.warehouse = warehouse
+        self.targets = targets
+        self.job_sync = job_sync
+        self.metrics = metrics or SelfMetrics()
+        self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
+        self.deltas = seeded_deltas(warehouse)
+        self.allocations: Allocations = {}
+        self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
+
+    def new_rows(self) -> RoundRows:
+        return RoundRows(self.deltas, self.allocations)
+
+    def scrape_round(self) -> RoundSummary:
+        """Scrape every target once and write the round."""
+        started = time.monotonic()
+        ts = datetime.now(UTC)
+        targets = self.targets()
+        s = self.settings
+        scrapes = list(
+            self._pool.map(lambda t: scrape(t, s.scrape_timeout_s, s.max_payload_bytes), targets)
+        )
+        rows = self.new_rows()
+        readings: dict[str, NodeReading] = {}
+        for result in scrapes:
+            t = result.target
+            rows.add_scrape(ts, t.url, t.node, result.duration_s, result.samples, result.error)
+            self.metrics.scrape_seconds.observe(result.duration_s)
+            if result.reading is None:
+                self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
+                log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
+            elif t.node in readings:
+                readings[t.node].merge(result.reading)
+            else:
+                readings[t.node] = result.reading
+        for node, reading in readings.items():
+            rows.add_node(ts, node, reading)
+        up = sum(result.error is None for result in scrapes)
+        return self.finish_round(rows, len(targets), up, started)
+
+    def finish_round(self, rows: RoundRows, targets: int, up: int, started: float) -> RoundSummary:
+        batches = rows.tables()
+        self.writer.write(batches)
+        seconds = time.monotonic() - started
+        self.metrics.rounds.inc()
+        self.metrics.round_seconds.observe(seconds)
+        self.metrics.targets.set(targets)
+        self.metrics.last_round.set(time.time())
+        summary = RoundSummary(targets, up, sum(b.num_rows for b in batches.values()), seconds)
+        log.debug("round: %s", summary)
+        if seconds > self.settings.interval_s:
+            interval = self.settings.interval_s
+            log.warning("round took %.1f s, longer than the %g s interval", seconds, interval)
+        return summary
+
+    def sync_jobs(self) -> None:
+        """Pull job records through the executor adapter, then refresh running allocations."""
+        if self.job_sync is not None:
+            try:
+                self.job_sync(self.config, self.warehouse)
+                self.metrics.job_syncs.labels("ok").inc()
+            except Exception:
+                self.metrics.job_syncs.labels("error").inc()
+                log.exception("job sync failed; retrying at the next sync")
+        self.allocations.clear()
+        self.allocations.update(running_allocations(self.warehouse, self.config.site.cluster))
+
+    def maintain(self) -> None:
+        """Compact the warehouse, and age out raw samples when retention is set."""
+        try:
+            result = self.warehouse.compact()
+            log.info("compaction: %s", result)
+            if self.settings.raw_retention_days > 0:
+                removed = self.warehouse.apply_retention(self.settings.raw_retention_days)
+                if removed:
+                    log.info("retention removed %d day directories", len(removed))
+        except OSError as err:
+            log.error("maintenance failed: %s", err)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def seeded_deltas(warehouse: Warehouse) -> CounterDeltas:
+    """Counter state from the newest stored RDMA samples, so a restart loses no delta."""
+    deltas = CounterDeltas()
+    con = warehouse.connect()
+    try:
+        rows = con.execute(
+            """
+            SELECT node, device, port, arg_max(tx_bytes, ts), arg_max(rx_bytes, ts)
+            FROM rdma_samples WHERE ts > ? GROUP BY ALL
+            """,
+            [datetime.now(UTC) - SEED_WINDOW],
+        ).fetchall()
+    finally:
+        con.close()
+    for node, device, port, tx, rx in rows:
+        for direction, value in (("tx", tx), ("rx", rx)):
+            if value is not None:
+                deltas.seed((node, device, port, direction), value)
+    return deltas
+
+
+def run_forever(collector: Collector, round_job: Callable[[], object]) -> None:
+    """Run rounds, job sync and maintenance on their intervals until SIGTERM or Ctrl-C."""
+    s = collector.settings
+    scheduler = BlockingScheduler(timezone=UTC)
+    now = datetime.now(UTC)
+    common = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
+    scheduler.add_job(round_job, "interval", seconds=s.interval_s, next_run_time=now, **common)
+    scheduler.add_job(
+        collector.sync_jobs, "interval", seconds=s.job_sync_interval_s, next_run_time=now, **common
+    )
+    scheduler.add_job(collector.maintain, "interval", seconds=s.maintenance_interval_s, **common)
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
+    try:
+        scheduler.start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()

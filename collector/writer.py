@@ -1,0 +1,80 @@
+"""Write each round's batches, riding out a warehouse that cannot be written for a while.
+
+When an append fails with an OS error (disk full, permission, a lost mount), the batch stays in
+a bounded in-memory buffer and the next round retries, merged with the new batch, so a table
+still gets one append per round. When the buffer would exceed its bound the oldest batches are
+dropped, counted in `sing_collector_rows_dropped_total` and logged: a long outage loses the
+oldest data, never the newest, and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+import pyarrow as pa
+
+from collector.selfmetrics import SelfMetrics
+from warehouse.store import Warehouse
+
+log = logging.getLogger(__name__)
+
+
+class BufferedWriter:
+    def __init__(self, warehouse: Warehouse, max_rows: int, metrics: SelfMetrics) -> None:
+        self.warehouse = warehouse
+        self.max_rows = max_rows
+        self.metrics = metrics
+        self._pending: deque[tuple[str, pa.Table]] = deque()
+        self._lock = threading.Lock()
+        self._failing_since: str | None = None
+
+    @property
+    def buffered_rows(self) -> int:
+        return sum(t.num_rows for _, t in self._pending)
+
+    def write(self, batches: dict[str, pa.Table]) -> None:
+        """Queue this round's batches and write everything queued, oldest first."""
+        with self._lock:
+            self._pending.extend(batches.items())
+            self._drop_overflow()
+            self._flush()
+            self.metrics.rows_buffered.set(self.buffered_rows)
+
+    def _flush(self) -> None:
+        for name in dict.fromkeys(name for name, _ in self._pending):
+            parts = [t for n, t in self._pending if n == name]
+            batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            try:
+                written = self.warehouse.append(name, batch)
+            except OSError as err:
+                self.metrics.write_errors.labels(name).inc()
+                log.error(
+                    "WAREHOUSE NOT WRITABLE (%s): %s; holding %d rows in memory (limit %d)",
+                    name,
+                    err,
+                    self.buffered_rows,
+                    self.max_rows,
+                )
+                self._failing_since = self._failing_since or name
+                continue
+            self._pending = deque((n, t) for n, t in self._pending if n != name)
+            self.metrics.rows_written.labels(name).inc(written)
+            if self._failing_since and len(parts) > 1:
+                log.warning("warehouse writable again: wrote %d buffered %s rows", written, name)
+        if self._failing_since and not self._pending:
+            self._failing_since = None
+
+    def _drop_overflow(self) -> None:
+        total = self.buffered_rows
+        while total > self.max_rows and len(self._pending) > 1:
+            name, dropped = self._pending.popleft()
+            total -= dropped.num_rows
+            self.metrics.rows_dropped.labels(name).inc(dropped.num_rows)
+            log.error(
+                "buffer full (%d rows): dropped the oldest %d %s rows",
+                self.max_rows,
+                dropped.num_rows,
+                name,
+            )
