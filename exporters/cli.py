@@ -1,0 +1,163 @@
+"""`sing exporter`: serve one node's `/metrics` (or several fake nodes' on several ports)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pynvml
+from prometheus_client import start_http_server
+
+from exporters.fake_nvml import FakeNvml, StateFile, load_description
+from exporters.fake_world import FakeWorld
+from exporters.node import NodeCollector, node_registry
+from exporters.recording import Recorder
+from exporters.settings import ExporterSettings
+from sing.config import Config
+from sing.errors import UserError
+
+log = logging.getLogger(__name__)
+
+HELP = "serve this node's GPU, RDMA and job metrics to Prometheus"
+DESCRIPTION = (
+    "Serve /metrics for Prometheus: NVML GPU metrics, RDMA port traffic and which Slurm job "
+    "holds each GPU. Values are read at scrape time."
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("exporter", help=HELP, description=DESCRIPTION)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, help="port to serve on (default: [exporter] port, 9410)")
+    p.add_argument("--listen-address", help="address to bind (default: 0.0.0.0)")
+    p.add_argument("--sysfs-root", help="where sysfs is mounted (default: /sys)")
+    p.add_argument("--proc-root", help="where procfs is mounted (default: /proc)")
+    p.add_argument("--job-mapping-dir", help="GPU-to-job files from the Slurm prolog")
+    p.add_argument("--cache-seconds", type=float, help="scrapes this close share one reading")
+    p.add_argument(
+        "--fake",
+        nargs="?",
+        const="default",
+        metavar="FILE",
+        help="use a fake NVML: a device description (YAML) or a recording (.jsonl); "
+        "without FILE the built-in 8-GPU H200 node",
+    )
+    p.add_argument(
+        "--fake-state", metavar="FILE", help="runtime overrides, re-read when the file changes"
+    )
+    p.add_argument(
+        "--node",
+        action="append",
+        metavar="NAME:PORT",
+        help="serve fake node NAME on PORT (repeat for several nodes in one process)",
+    )
+    p.add_argument(
+        "--fake-root", metavar="DIR", help="where fake nodes keep their /sys, /proc, job files"
+    )
+    p.add_argument("--record", metavar="FILE", help="also write the device state to FILE (JSONL)")
+    p.add_argument("--record-interval", type=float, help="seconds between recorded frames")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+
+
+def _settings(args: argparse.Namespace, config: Config) -> ExporterSettings:
+    settings = config.section("exporter", ExporterSettings)
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ExporterSettings)
+        if getattr(args, f.name, None) is not None
+    }
+    return dataclasses.replace(settings, **given)
+
+
+def _nodes(args: argparse.Namespace, port: int) -> list[tuple[str | None, int]]:
+    if not args.node:
+        return [(None, port)]
+    if args.fake is None:
+        raise UserError("--node serves fake nodes; add --fake (several real nodes need one each)")
+    nodes = []
+    for spec in args.node:
+        name, _, number = spec.rpartition(":")
+        if not name or not number.isdigit():
+            raise UserError(f"--node {spec!r}: expected NAME:PORT, e.g. gpu01:9501")
+        nodes.append((name, int(number)))
+    return nodes
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    settings = _settings(args, config)
+    nodes = _nodes(args, settings.port)
+    if args.record and len(nodes) > 1:
+        raise UserError("--record writes one node's state; use it without several --node")
+    explicit_roots = any((args.sysfs_root, args.proc_root, args.job_mapping_dir))
+    description = load_description(args.fake) if args.fake is not None else None
+    state = StateFile(args.fake_state) if args.fake_state else None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    recorder = Recorder(args.record) if args.record else None
+    with tempfile.TemporaryDirectory(prefix="sing-fake-") as scratch:
+        fake_root = Path(args.fake_root or scratch)
+        servers = []
+        collectors = []
+        for name, port in nodes:
+            nvml: Any = pynvml
+            roots = (settings.sysfs_root, settings.proc_root, settings.job_mapping_dir)
+            before_read = None
+            if description is not None:
+                nvml = FakeNvml(description, state, name)
+                if not explicit_roots:  # the fake node's files, in step with its state
+                    world = FakeWorld(fake_root / (name or "node"), nvml)
+                    roots = (str(world.sysfs_root), str(world.proc_root), str(world.mapping_dir))
+                    before_read = world.sync
+            collector = NodeCollector(
+                nvml,
+                *roots,
+                cache_seconds=settings.cache_seconds,
+                before_read=before_read,
+                on_reading=recorder.write if recorder else None,
+            )
+            try:
+                server, _ = start_http_server(
+                    port, settings.listen_address, node_registry(collector)
+                )
+            except OSError as err:
+                raise UserError(
+                    f"cannot listen on {settings.listen_address}:{port}: {err.strerror}"
+                ) from err
+            servers.append(server)
+            collectors.append(collector)
+            log.info(
+                "serving %s on http://%s:%d/metrics",
+                name or "this node",
+                settings.listen_address,
+                port,
+            )
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while not stop.is_set():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                wait = settings.record_interval if recorder else left
+                if stop.wait(wait if left is None or wait is None else min(wait, left)):
+                    break
+                if recorder:  # record on a clock, not only when scraped
+                    collectors[0].collect()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for server in servers:
+                server.shutdown()
+            if recorder:
+                recorder.close()
+    return 0

@@ -1,0 +1,405 @@
+"""A fake NVML with pynvml's function names, so the whole exporter runs without a GPU.
+
+The device state comes from three layers, later ones winning, per GPU:
+
+1. a device description (YAML, see exporters/default_node.yaml and docs/exporter.md): model,
+   count, memory, per-GPU values or patterns (sine, square, ramp, or following utilisation),
+   and errors to inject; or a `--record` recording (JSON lines) replayed frame by frame;
+2. a runtime state file (`--fake-state`, JSON or YAML), re-read when its mtime changes, so a
+   demo can set utilisation, memory, power and jobs while the exporter runs.
+
+Values use the same keys and SI units as a GpuReading (exporters/gpu.py); this module converts
+them to NVML's raw units (mW, mJ, percent, MHz), so the real unit conversions are exercised.
+A value that is absent makes its NVML call fail with NOT_SUPPORTED, as on a GPU that lacks it;
+`errors: {reading: kind}` makes a reading fail with any NVML error (`all` for every call).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import yaml
+
+from exporters.errors import NVML_ERROR_CODES
+from exporters.gpu import FIELD_COUNTERS, GPM_METRICS
+from exporters.recording import load_recording
+from sing.errors import UserError
+
+DEFAULT_DESCRIPTION = Path(__file__).with_name("default_node.yaml")
+REFRESH_SECONDS = 0.1  # how stale an evaluated GPU state may be; bounds the cost per scrape
+JOB_PID_BASE = 3_000_000  # the fake process of a job on GPU i has pid JOB_PID_BASE + i
+# Counters the fake integrates from a rate: counter -> rate key.
+RATES = {
+    "energy_j": "power_w",
+    "pcie_tx_bytes": "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes": "pcie_rx_bytes_per_s",
+    "nvlink_tx_bytes": "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes": "nvlink_rx_bytes_per_s",
+}
+
+
+def load_yaml(path: str | Path, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) mapping from a file, or a UserError naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise UserError(f"{what} {path}: cannot read: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise UserError(f"{what} {path}: not valid YAML/JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path}: expected a mapping at the top level")
+    return data
+
+
+def load_description(path: str | Path | None) -> dict[str, Any]:
+    """A device description; a `.jsonl` file is taken as a recording to replay."""
+    if path is None or str(path) == "default":
+        path = DEFAULT_DESCRIPTION
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return {"replay": str(path)}
+    description = load_yaml(path, "fake device description")
+    if "replay" in description:
+        description["replay"] = str(path.parent / description["replay"])
+    return description
+
+
+class StateFile:
+    """A JSON/YAML file of runtime overrides, re-read whenever its mtime changes.
+
+    A file caught half-written by the demo keeps the previous good state until the next change.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._mtime: float | None = None
+        self._data: dict[str, Any] = {}
+
+    def data(self) -> dict[str, Any]:
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            return self._data
+        if mtime != self._mtime:
+            try:
+                self._data = load_yaml(self.path, "fake state file")
+                self._mtime = mtime
+            except UserError:
+                pass  # keep the last good state; the writer will finish
+        return self._data
+
+    def node(self, name: str | None) -> dict[str, Any]:
+        """The part of the state for one node: `nodes.<name>`, else the top level."""
+        data = self.data()
+        nodes = data.get("nodes") or {}
+        return nodes.get(name) or {k: v for k, v in data.items() if k != "nodes"}
+
+
+def per_index(table: Any, index: int) -> dict[str, Any]:
+    """Entry `index` of a per-GPU table given as a list or a mapping with int or str keys."""
+    if isinstance(table, list):
+        return table[index] if index < len(table) else {}
+    if isinstance(table, dict):
+        return table.get(index) or table.get(str(index)) or {}
+    return {}
+
+
+def evaluate(spec: Any, t: float, util: float, phase: float) -> Any:
+    """A value at time t: a number as is, or a pattern mapping."""
+    if not isinstance(spec, dict) or "pattern" not in spec:
+        return spec
+    low, high = spec.get("min", 0.0), spec.get("max", 1.0)
+    period = spec.get("period_s", 60.0)
+    x = ((t + spec.get("phase_s", phase)) % period) / period
+    shape = {
+        "sine": lambda: 0.5 - 0.5 * math.cos(2 * math.pi * x),
+        "square": lambda: 1.0 if x < spec.get("duty", 0.5) else 0.0,
+        "ramp": lambda: x,
+        "util": lambda: util,
+    }.get(spec["pattern"])
+    if shape is None:
+        raise UserError(f"fake device: unknown pattern {spec['pattern']!r} (sine/square/ramp/util)")
+    return low + (high - low) * shape()
+
+
+@dataclass
+class FakeHandle:
+    index: int
+    mig: int | None = None
+
+
+class FakeEventSet:
+    def __init__(self) -> None:
+        self.gpu: int | None = None
+        self.delivered: dict[int, int] = {}
+
+
+class FakeNvml:
+    """pynvml's functions over a described, patterned, replayed or state-file-driven node."""
+
+    def __init__(
+        self,
+        description: dict[str, Any],
+        state: StateFile | None = None,
+        node: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.description = description
+        self.state = state
+        self.node = node
+        self.clock = clock
+        self.start = clock()
+        self.frames = load_recording(description["replay"]) if "replay" in description else None
+        if self.frames:
+            self.count = 1 + max(g["index"] for f in self.frames for g in f["gpus"])
+        else:
+            self.count = int(description.get("count", 8))
+        self._snapshots: dict[int, tuple[float, dict[str, Any]]] = {}
+        self._integrated: dict[int, dict[str, float]] = {}
+        self._gpm_samples: dict[int, tuple[ctypes.Array[ctypes.c_char], dict[int, float]]] = {}
+
+    # -- the state of one GPU, layered and evaluated -------------------------------------------
+
+    def gpu_state(self, index: int) -> dict[str, Any]:
+        now = self.clock()
+        cached = self._snapshots.get(index)
+        if cached and 0 <= now - cached[0] < REFRESH_SECONDS:
+            return cached[1]
+        overrides = per_index(self.state.node(self.node).get("gpus"), index) if self.state else {}
+        if self.frames:
+            state = {**self._replayed(index, now), **overrides}
+        else:
+            state = self._described(index, now, overrides)
+        if "processes" not in state and state.get("job_id") and state.get("has_process", True):
+            used = state.get("memory_used", 0)
+            state["processes"] = [{"pid": JOB_PID_BASE + index, "used_memory": used}]
+        self._snapshots[index] = (now, state)
+        return state
+
+    def _described(self, index: int, now: float, overrides: dict[str, Any]) -> dict[str, Any]:
+        d = self.description
+        raw = {
+            "name": d.get("model", "NVIDIA H200"),
+            "memory_total": d.get("memory_total", 143771 * 2**20),
+            "minor": index,
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+            "uuid": "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{self.node}/{index}")),
+            **(d.get("defaults") or {}),
+            **per_index(d.get("gpus"), index),
+            **overrides,
+        }
+        t = now - self.start
+        period_share = index / self.count
+        phase = lambda spec: period_share * spec.get("period_s", 60.0)  # noqa: E731 - staggered
+        util = evaluate(raw.get("util", 0.0), t, 0.0, phase(raw.get("util") or {}))
+        state = {}
+        for key, spec in raw.items():
+            extra = phase(spec) if isinstance(spec, dict) else 0.0
+            state[key] = util if key == "util" else evaluate(spec, t, util, extra)
+        self._integrate(index, state, now)
+        return state
+
+    def _integrate(self, index: int, state: dict[str, Any], now: float) -> None:
+        """Counters grow by their rate over time, starting from the described value."""
+        totals = self._integrated.setdefault(index, {"at": now})
+        dt = now - totals["at"]
+        totals["at"] = now
+        for counter, rate in RATES.items():
+            if rate in state:
+                totals[counter] = totals.get(counter, 0.0) + float(state[rate]) * dt
+                state[counter] = state.get(counter, 0.0) + totals[counter]
+
+    def _replayed(self, index: int, now: float) -> dict[str, Any]:
+        """The recorded frame for this moment, looping; counters keep growing across loops."""
+        frames = self.frames or []
+        t0 = frames[0]["t"]
+        step = (frames[-1]["t"] - t0) / max(len(frames) - 1, 1) or 1.0
+        span = frames[-1]["t"] - t0 + step
+        loops, offset = divmod(now - self.start, span)
+        frame = next(f for f in reversed(frames) if f["t"] - t0 <= offset)
+        gpu = next((g for g in frame["gpus"] if g["index"] == index), None)
+        if gpu is None:
+            return {"errors": {"all": "gpu_is_lost"}}
+        state = dict(gpu)
+        for counter in RATES:
+            first = next((g.get(counter) for g in frames[0]["gpus"] if g["index"] == index), None)
+            last = next((g.get(counter) for g in frames[-1]["gpus"] if g["index"] == index), None)
+            if counter in state and first is not None and last is not None:
+                state[counter] += loops * (last - first)
+        return state
+
+    def _value(self, handle: FakeHandle, key: str, reading: str) -> Any:
+        """A value for an NVML call, raising the NVML error the state asks for."""
+        state = self.gpu_state(handle.index)
+        errors = state.get("errors") or {}
+        kind = errors.get(reading) or errors.get("all")
+        if kind:
+            if kind not in NVML_ERROR_CODES:
+                raise UserError(f"fake device: unknown NVML error {kind!r}")
+            raise pynvml.NVMLError(NVML_ERROR_CODES[kind])
+        if handle.mig is not None:
+            state = state["mig"][handle.mig]
+        if key not in state:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return state[key]
+
+    # -- pynvml's functions ---------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        if self.frames:
+            return self.frames[0].get("driver_version") or ""
+        return str(self.description.get("driver_version", "580.159.04"))
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:  # noqa: N802
+        return FakeHandle(index)
+
+    def nvmlDeviceGetUUID(self, h: FakeHandle) -> str:  # noqa: N802
+        return self._value(h, "uuid", "uuid")
+
+    def nvmlDeviceGetName(self, h: FakeHandle) -> str:  # noqa: N802
+        return self._value(h, "name", "inventory")
+
+    def nvmlDeviceGetPciInfo(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(busId=self._value(h, "pci_bus_id", "inventory").encode())
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeHandle) -> int:  # noqa: N802
+        return self._value(h, "minor", "minor")
+
+    def nvmlDeviceGetSamples(self, h: FakeHandle, kind: int, last_seen: int):  # noqa: N802
+        percent = round(self._value(h, "util", "util") * 100)
+        now_us = int(self.clock() * 1e6)
+        if now_us <= last_seen:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        sample = SimpleNamespace(timeStamp=now_us, sampleValue=SimpleNamespace(uiVal=percent))
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, [sample]
+
+    def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(gpu=round(self._value(h, "util", "util") * 100), memory=0)
+
+    def nvmlDeviceGetMemoryInfo(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
+        total = self._value(h, "memory_total", "memory")
+        used = self._value(h, "memory_used", "memory")
+        return SimpleNamespace(total=int(total), used=int(used), free=int(total - used))
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:  # noqa: N802
+        return round(self._value(h, "power_w", "power") * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeHandle) -> int:  # noqa: N802
+        return round(self._value(h, "energy_j", "energy") * 1000)
+
+    def nvmlDeviceGetTemperature(self, h: FakeHandle, sensor: int) -> int:  # noqa: N802
+        return round(self._value(h, "temperature_c", "temperature"))
+
+    def nvmlDeviceGetClockInfo(self, h: FakeHandle, clock: int) -> int:  # noqa: N802
+        return round(self._value(h, "sm_clock_hz", "sm_clock") / 1e6)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter: int) -> int:  # noqa: N802
+        kind = (
+            "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        )
+        return int(self._value(h, f"ecc_{kind}", "ecc"))
+
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[Any]:  # noqa: N802
+        self._value(h, "uuid", "field_counters")  # raises the injected error, if any
+        state = self.gpu_state(h.index)
+        keys = {field: (key, scale) for field, key, scale in FIELD_COUNTERS}
+        values = []
+        for field in field_ids:
+            key, scale = keys[field]
+            ok = key in state
+            values.append(
+                SimpleNamespace(
+                    fieldId=field,
+                    nvmlReturn=pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    value=SimpleNamespace(ullVal=int(state[key] // scale) if ok else 0),
+                )
+            )
+        return values
+
+    def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
+        state = self.gpu_state(h.index)
+        return SimpleNamespace(isSupportedDevice=int(any(k in state for k in GPM_METRICS.values())))
+
+    def nvmlGpmSampleAlloc(self) -> Any:  # noqa: N802
+        buffer = ctypes.create_string_buffer(8)
+        sample = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+        self._gpm_samples[ctypes.addressof(buffer)] = (buffer, {})
+        return sample
+
+    def nvmlGpmSampleGet(self, h: FakeHandle, sample: Any) -> Any:  # noqa: N802
+        self._value(h, "uuid", "gpm")
+        state = self.gpu_state(h.index)
+        taken = {m: state[key] * 100 for m, key in GPM_METRICS.items() if key in state}
+        self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1].clear()
+        self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1].update(taken)
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:  # noqa: N802
+        """The fake's activity is what the later sample saw (a real GPU averages the two)."""
+        taken = self._gpm_samples[ctypes.cast(request.sample2, ctypes.c_void_p).value][1]
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            if metric.metricId in taken:
+                metric.value = taken[metric.metricId]
+                metric.nvmlReturn = pynvml.NVML_SUCCESS
+            else:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request
+
+    def nvmlDeviceGetMigMode(self, h: FakeHandle) -> list[int]:  # noqa: N802
+        mode = int(self._value(h, "mig_mode", "mig"))
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeHandle) -> int:  # noqa: N802
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeHandle, slot: int) -> FakeHandle:  # noqa: N802
+        if slot >= len(self.gpu_state(h.index).get("mig") or []):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return FakeHandle(h.index, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeHandle) -> int:  # noqa: N802
+        return self._value(h, "gpu_instance", "mig")
+
+    def nvmlDeviceGetComputeInstanceId(self, h: FakeHandle) -> int:  # noqa: N802
+        return self._value(h, "compute_instance", "mig")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[Any]:  # noqa: N802
+        procs = self._value(h, "processes", "processes")
+        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_memory")) for p in procs]
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:  # noqa: N802
+        return FakeEventSet()
+
+    def nvmlDeviceRegisterEvents(self, h: FakeHandle, types: int, event_set: FakeEventSet):  # noqa: N802
+        self._value(h, "uuid", "xids")
+        event_set.gpu = h.index
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> SimpleNamespace:  # noqa: N802
+        """Deliver one XID the state counts but this event set has not delivered yet."""
+        state = self.gpu_state(event_set.gpu or 0)
+        for xid, count in (state.get("xids") or {}).items():
+            xid = int(xid)
+            if event_set.delivered.get(xid, 0) < count:
+                event_set.delivered[xid] = event_set.delivered.get(xid, 0) + 1
+                return SimpleNamespace(
+                    eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid
+                )
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)

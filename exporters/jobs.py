@@ -1,0 +1,138 @@
+"""Which Slurm job holds each GPU, from two independent sources that are cross-checked.
+
+1. Processes: NVML's compute processes on the GPU -> /proc/PID/cgroup (Slurm puts every job in
+   a cgroup path containing `job_<id>`, under cgroup v1 and v2 alike), else /proc/PID/environ's
+   SLURM_JOB_ID. The cgroup wins because a user cannot change it.
+2. Allocations: a directory with one file per GPU index listing the job ids that hold it, written
+   by the Slurm prolog and removed by the epilog (dcgm-exporter's --hpc-job-mapping-dir format).
+   It also names GPUs that a job holds but runs nothing on.
+
+Job ids only ever appear on info series, never on the sample metrics, so a job ending does not
+leave behind series with stale labels on the per-GPU time series.
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from exporters.errors import ErrorCounter
+from exporters.gpu import GpuReading
+
+_CGROUP_JOB = re.compile(r"/job_(\d+)(?:/|$)")
+
+
+@dataclass(frozen=True)
+class ProcessJob:
+    job_id: str | None
+    user: str
+
+
+class JobSource:
+    def __init__(self, proc_root: str | Path, mapping_dir: str | Path, errors: ErrorCounter):
+        self.proc = Path(proc_root)
+        self.mapping_dir = Path(mapping_dir)
+        self.errors = errors
+
+    def _read(self, path: Path) -> bytes | None:
+        """A /proc file's bytes; None when the process has gone (normal) or is unreadable."""
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        except PermissionError:
+            self.errors.count("jobs", "permission_denied")
+        except OSError:
+            self.errors.count("jobs", "read_error")
+        return None
+
+    def process_job(self, pid: int) -> ProcessJob:
+        """The Slurm job and user of one process."""
+        base = self.proc / str(pid)
+        environ = dict(
+            item.split(b"=", 1)
+            for item in (self._read(base / "environ") or b"").split(b"\0")
+            if b"=" in item
+        )
+        job_id = None
+        if match := _CGROUP_JOB.search(
+            (self._read(base / "cgroup") or b"").decode(errors="replace")
+        ):
+            job_id = match.group(1)
+        elif b"SLURM_JOB_ID" in environ:
+            job_id = environ[b"SLURM_JOB_ID"].decode(errors="replace").strip()
+        user = environ.get(b"SLURM_JOB_USER", b"").decode(errors="replace")
+        return ProcessJob(job_id or None, user or self._owner(base))
+
+    def _owner(self, base: Path) -> str:
+        status = (self._read(base / "status") or b"").decode(errors="replace")
+        match = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+        if not match:
+            return ""
+        try:
+            return pwd.getpwuid(int(match.group(1))).pw_name
+        except KeyError:
+            return match.group(1)
+
+    def allocated_jobs(self, gpu: int) -> set[str] | None:
+        """Job ids the prolog recorded for this GPU; None when no mapping directory exists."""
+        if not self.mapping_dir.is_dir():
+            return None
+        try:
+            text = (self.mapping_dir / str(gpu)).read_text()
+        except FileNotFoundError:
+            return set()
+        except OSError:
+            self.errors.count("jobs", "read_error")
+            return set()
+        return {line.split()[0] for line in text.splitlines() if line.strip()}
+
+    def metrics(self, gpus: list[GpuReading]) -> list[Metric]:
+        labels = ["gpu", "uuid"]
+        info = GaugeMetricFamily(
+            "sing_gpu_job_info",
+            "The Slurm job holding the GPU.",
+            labels=[*labels, "job_id", "user"],
+        )
+        mismatch = GaugeMetricFamily(
+            "sing_gpu_job_mismatch",
+            "Process and allocation sources disagree: process_without_allocation or "
+            "allocation_without_process.",
+            labels=[*labels, "job_id", "case"],
+        )
+        unattributed = GaugeMetricFamily(
+            "sing_gpu_unattributed_processes",
+            "Compute processes on the GPU that belong to no Slurm job.",
+            labels=labels,
+        )
+        running: dict[int, dict[str, str]] = {}  # gpu -> job id -> user
+        users: dict[str, str] = {}
+        for gpu in gpus:
+            jobs = running.setdefault(gpu.index, {})
+            orphans = 0
+            for proc in gpu.values.get("processes", []):
+                found = self.process_job(proc["pid"])
+                if found.job_id is None:
+                    orphans += 1
+                    continue
+                jobs[found.job_id] = found.user
+                users.setdefault(found.job_id, found.user)
+            if "processes" in gpu.values:
+                unattributed.add_metric([str(gpu.index), gpu.uuid], orphans)
+        for gpu in gpus:
+            key = [str(gpu.index), gpu.uuid]
+            jobs = running[gpu.index]
+            allocated = self.allocated_jobs(gpu.index)
+            for job_id in sorted(jobs.keys() | (allocated or set())):
+                info.add_metric([*key, job_id, users.get(job_id, "")], 1)
+            if allocated is None or "processes" not in gpu.values:
+                continue  # nothing to cross-check against
+            for job_id in sorted(jobs.keys() - allocated):
+                mismatch.add_metric([*key, job_id, "process_without_allocation"], 1)
+            for job_id in sorted(allocated - jobs.keys()):
+                mismatch.add_metric([*key, job_id, "allocation_without_process"], 1)
+        return [info, mismatch, unattributed]

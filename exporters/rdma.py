@@ -1,0 +1,159 @@
+"""RDMA (InfiniBand and RoCE) port traffic from sysfs, laid out as Linux lays it out.
+
+Reads /sys/class/infiniband/<device>/ports/<port>/: `counters/`, `counters_ext/` (older kernels'
+64-bit copies, preferred when present), `hw_counters/`, `rate`, `state`, `phys_state` and
+`link_layer`. A missing file or one reading "N/A" is skipped: not every adapter has every counter.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporters.errors import ErrorCounter
+
+# port_xmit_data and port_rcv_data count 4-byte words (InfiniBand spec, PortCounters).
+DATA_WORD_BYTES = 4
+
+# (counter file, counters_ext file, metric name, help, multiplier)
+TRAFFIC = (
+    (
+        "port_xmit_data",
+        "port_xmit_data_64",
+        "sing_rdma_transmit_bytes",
+        "Bytes sent.",
+        DATA_WORD_BYTES,
+    ),
+    (
+        "port_rcv_data",
+        "port_rcv_data_64",
+        "sing_rdma_receive_bytes",
+        "Bytes received.",
+        DATA_WORD_BYTES,
+    ),
+    ("port_xmit_packets", "port_xmit_packets_64", "sing_rdma_transmit_packets", "Packets sent.", 1),
+    (
+        "port_rcv_packets",
+        "port_rcv_packets_64",
+        "sing_rdma_receive_packets",
+        "Packets received.",
+        1,
+    ),
+)
+ERROR_COUNTERS = (
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+    "link_error_recovery",
+    "link_downed",
+)
+NOT_COUNTERS = {"lifespan"}  # hw_counters/lifespan is a refresh setting, not a count
+_RATE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
+_STATE = re.compile(r"^\s*(\d+)\s*:")
+
+
+class RdmaSource:
+    def __init__(self, sysfs_root: str | Path, errors: ErrorCounter) -> None:
+        self.root = Path(sysfs_root) / "class" / "infiniband"
+        self.errors = errors
+
+    def _read(self, path: Path) -> str | None:
+        """A sysfs file's text, or None when absent or "N/A"; other failures are counted."""
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            self.errors.count("rdma", "read_error")
+            return None
+        return None if text in ("", "N/A") else text
+
+    def _number(self, path: Path) -> int | None:
+        text = self._read(path)
+        if text is None:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            self.errors.count("rdma", "parse_error")
+            return None
+
+    def _parsed(self, path: Path, pattern: re.Pattern[str]) -> float | None:
+        text = self._read(path)
+        if text is None:
+            return None
+        match = pattern.match(text)
+        if match is None:
+            self.errors.count("rdma", "parse_error")
+            return None
+        return float(match.group(1))
+
+    def ports(self) -> list[tuple[str, str, Path]]:
+        if not self.root.is_dir():
+            return []
+        return [
+            (device.name, port.name, port)
+            for device in sorted(self.root.iterdir())
+            for port in sorted((device / "ports").glob("*"), key=lambda p: p.name)
+        ]
+
+    def metrics(self) -> list[Metric]:
+        labels = ["device", "port"]
+        traffic = [
+            CounterMetricFamily(name, help, labels=labels) for _, _, name, help, _ in TRAFFIC
+        ]
+        port_errors = CounterMetricFamily(
+            "sing_rdma_port_errors",
+            "Port error counters by counter name.",
+            labels=[*labels, "counter"],
+        )
+        hw = CounterMetricFamily(
+            "sing_rdma_hw_counter",
+            "Adapter-specific hw_counters by name.",
+            labels=[*labels, "counter"],
+        )
+        rate = GaugeMetricFamily(
+            "sing_rdma_link_rate_bytes_per_second", "Link signalling rate.", labels=labels
+        )
+        state = GaugeMetricFamily(
+            "sing_rdma_link_state", "Logical port state (4 = ACTIVE).", labels=labels
+        )
+        phys = GaugeMetricFamily(
+            "sing_rdma_physical_state", "Physical port state (5 = LinkUp).", labels=labels
+        )
+        info = GaugeMetricFamily(
+            "sing_rdma_port_info", "Port link layer.", labels=[*labels, "link_layer"]
+        )
+        for device, port, path in self.ports():
+            key = [device, port]
+            for family, (name, ext_name, _, _, scale) in zip(traffic, TRAFFIC, strict=True):
+                value = self._number(path / "counters_ext" / ext_name)
+                if value is None:
+                    value = self._number(path / "counters" / name)
+                if value is not None:
+                    family.add_metric(key, value * scale)
+            for name in ERROR_COUNTERS:
+                if (value := self._number(path / "counters" / name)) is not None:
+                    port_errors.add_metric([*key, name], value)
+            hw_dir = path / "hw_counters"
+            for file in sorted(hw_dir.iterdir()) if hw_dir.is_dir() else []:
+                if file.name not in NOT_COUNTERS and (value := self._number(file)) is not None:
+                    hw.add_metric([*key, file.name], value)
+            if (gbit := self._parsed(path / "rate", _RATE)) is not None:
+                rate.add_metric(key, gbit * 1e9 / 8)
+            if (code := self._parsed(path / "state", _STATE)) is not None:
+                state.add_metric(key, code)
+            if (code := self._parsed(path / "phys_state", _STATE)) is not None:
+                phys.add_metric(key, code)
+            if (layer := self._read(path / "link_layer")) is not None:
+                info.add_metric([*key, layer], 1)
+        return [*traffic, rate, state, phys, info, port_errors, hw]
