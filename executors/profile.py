@@ -161,7 +161,7 @@ def _entry(reader: _Reader, top: dict[str, yaml.Node], base_dir: Path) -> tuple[
         raise reader.error(
             top["entry"],
             "entry",
-            f"give exactly one of commands, script, image (got {given or 'none'})",
+            f"give one of commands, script, image (got {given or 'none'})",
         )
     if "command" in entry and "image" not in entry:
         raise reader.error(entry["command"], "entry.command", "only used with entry.image")
@@ -299,9 +299,7 @@ class _Reader:
             return default
         value = self.value(fields[key])
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise self.error(
-                fields[key], key, f"must be a whole number >= {minimum}, got {value!r}"
-            )
+            raise self.error(fields[key], key, f"must be a whole number >= {minimum}: {value!r}")
         return value
 
     def boolean(self, fields: dict[str, yaml.Node], key: str, default: bool) -> bool:

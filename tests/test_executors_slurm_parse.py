@@ -1,0 +1,146 @@
+"""Parsing Slurm's output into job records, on output captured from the real Slurm 22.05 harness.
+
+tests/executors_data/*_v0.0.38.json were captured from tests/slurm_harness.py: job 1 (user
+singtest, 2 typed GPUs, `exit 3`), job 2 (root, 2 nodes x 4 GPUs), job 3 (root, 1 GPU). The
+v0.0.40-shaped job below is written from Slurm's newer data_parser shapes (number objects, state
+lists); CI cannot run a newer Slurm, so it is the only check of that path.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from executors.settings import ExecutorSettings
+from executors.slurm import SlurmExecutor
+from executors.slurm_parse import gpu_count, parse_sacct, parse_squeue, parse_tres
+from executors.sync import sync
+from sing.errors import UserError
+from warehouse.store import Warehouse
+
+DATA = Path(__file__).parent / "executors_data"
+SQUEUE = (DATA / "squeue_v0.0.38.json").read_text()
+SACCT = (DATA / "sacct_v0.0.38.json").read_text()
+SACCT_TEXT = "1|singtest|3:0\n2|root|0:0\n3|root|0:0\n"
+
+
+def at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def test_tres_typed_and_untyped_gpus_are_not_double_counted():
+    both = parse_tres("cpu=2,node=2,billing=2,gres/gpu=8,gres/gpu:a100=8", "t")
+    assert gpu_count(both) == 8
+    assert gpu_count(parse_tres("cpu=1,gres/gpu:a100=2,gres/gpu:v100=1", "t")) == 3
+    assert gpu_count(parse_tres("cpu=1,mem=4000M,node=1", "t")) == 0
+    with pytest.raises(UserError, match="'gpu' is not NAME=COUNT"):
+        parse_tres("cpu=1,gpu", "squeue")
+
+
+def test_squeue_running_jobs_with_gpu_indices_per_node():
+    records = {r.job_id: r for r in parse_squeue(SQUEUE, "campus")}
+    two = records["2"]
+    assert two.nodes == ("gpu-1", "gpu-2")
+    assert two.gpus == {"gpu-1": (2, 3, 4, 5), "gpu-2": (0, 1, 2, 3)}
+    assert (two.num_gpus, two.gpus_per_node) == (8, 4)
+    assert two.start_time == at(1796000666) and two.end_time is None
+    one = records["1"]
+    assert (one.user, one.account, one.state, one.gpus) == (
+        "singtest", "research", "RUNNING", {"gpu-1": (0, 1)},
+    )  # fmt: skip
+    assert records["3"].gpus == {"gpu-1": (6,)}
+
+
+def test_sacct_takes_exit_codes_from_text_because_22_05_json_says_zero():
+    raw = json.loads(SACCT)
+    assert raw["jobs"][0]["exit_code"]["return_code"] == 0  # the 22.05 bug, as captured
+    records = {r.job_id: r for r in parse_sacct(SACCT, SACCT_TEXT, "campus")}
+    failed = records["1"]
+    assert (failed.state, failed.exit_code, failed.user, failed.num_gpus) == (
+        "FAILED",
+        3,
+        "singtest",
+        2,
+    )
+    assert (failed.submit_time, failed.start_time, failed.end_time) == (
+        at(1796000664), at(1796000666), at(1796000670),
+    )  # fmt: skip
+    assert records["2"].nodes == ("gpu-1", "gpu-2") and records["2"].num_gpus == 8
+    assert records["3"].exit_code == 0 and records["3"].time_limit_s is None
+
+
+def test_newer_json_shapes_number_objects_and_state_lists():
+    job = {
+        "job_id": 77, "name": "new", "user": "bob", "account": "lab", "partition": "gpu",
+        "nodes": "n[01-02]", "comment": {"job": 'sing:{"interactive":true,"dependencies":{}}'},
+        "state": {"current": ["TIMEOUT"], "reason": "None"},
+        "time": {"submission": 100, "start": 160, "end": 400,
+                 "limit": {"set": True, "infinite": False, "number": 4}},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "id": 1001, "count": 2},
+                               {"type": "gres", "name": "gpu:h100", "id": 1002, "count": 2}]},
+    }  # fmt: skip
+    dump = json.dumps({"meta": {"plugin": {"type": "data_parser/v0.0.40"}}, "jobs": [job]})
+    (record,) = parse_sacct(dump, "77|bob|0:15\n", "campus")
+    assert (record.state, record.exit_code, record.time_limit_s) == ("TIMEOUT", 143, 240)
+    assert (record.num_gpus, record.nodes, record.interactive) == (2, ("n01", "n02"), True)
+    assert record.start_time == at(160)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "message"),
+    [
+        (lambda j: j["time"].pop("end"), r"job 1: field 'time\.end' is missing"),
+        (lambda j: j["state"].update(current=3), r"job 1: field 'state\.current' should be a job"),
+        (lambda j: j["time"].update(start="soon"), r"field 'time\.start' should be a number"),
+        (lambda j: j.update(nodes="gpu-[1-"), r"field 'nodes': bad host list"),
+    ],
+)
+def test_unknown_shapes_name_the_field(mangle, message):
+    dump = json.loads(SACCT)
+    mangle(dump["jobs"][0])
+    with pytest.raises(UserError, match=message):
+        parse_sacct(json.dumps(dump), SACCT_TEXT, "campus")
+
+
+def test_truncated_or_malformed_output_is_a_clear_error():
+    with pytest.raises(UserError, match="sacct --json: output is not valid JSON.*truncated"):
+        parse_sacct(SACCT[: len(SACCT) // 2], SACCT_TEXT, "campus")
+    with pytest.raises(UserError, match="no line for job 3; truncated"):
+        parse_sacct(SACCT, "1|singtest|3:0\n2|root|0:0\n", "campus")
+    with pytest.raises(UserError, match="sacct -P line 2: expected 3 fields"):
+        parse_sacct(SACCT, "1|singtest|3:0\n2|root\n", "campus")
+    with pytest.raises(UserError, match="squeue --json: no 'jobs' list"):
+        parse_squeue('{"meta": {}, "job": []}', "campus")
+
+
+class Replay:
+    """Answers Slurm commands with fixed output: recorded good output, then bad output."""
+
+    def __init__(self, squeue: str, sacct_json: str, sacct_text: str) -> None:
+        self.out = {"squeue": squeue, "sacct --json": sacct_json, "sacct -X": sacct_text}
+
+    def __call__(self, argv: list[str], stdin: str | None = None) -> str:
+        return self.out[argv[0] if argv[0] == "squeue" else " ".join(argv[:2])]
+
+
+def test_sync_of_bad_output_writes_nothing_and_keeps_earlier_records(tmp_path):
+    wh = Warehouse(tmp_path / "wh")
+    now = at(1796000700)
+    good = SlurmExecutor("campus", ExecutorSettings(), Replay(SQUEUE, SACCT, SACCT_TEXT))
+    result = sync(good, wh, now=now)
+    assert (result.finished, result.running) == (3, 0)
+    before = wh.connect().execute("SELECT * FROM jobs ORDER BY job_id").fetchall()
+    assert [row[0] for row in before] == ["1", "2", "3"]
+
+    for bad in (
+        Replay(SQUEUE, SACCT[:-40], SACCT_TEXT),  # truncated sacct JSON
+        Replay(SQUEUE[:100], SACCT, SACCT_TEXT),  # truncated squeue JSON
+        Replay(SQUEUE, SACCT, SACCT_TEXT[:10]),  # truncated sacct -P text
+    ):
+        with pytest.raises(UserError):
+            sync(SlurmExecutor("campus", ExecutorSettings(), bad), wh, now=now)
+    after = wh.connect().execute("SELECT * FROM jobs ORDER BY job_id").fetchall()
+    assert after == before
