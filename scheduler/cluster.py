@@ -27,12 +27,27 @@ Shape = tuple[int, int, int]  # (nodes, per_node, gpus); see the module docstrin
 class Pool:
     """A set of nodes with a free-count index."""
 
-    __slots__ = ("nodes", "by_free")
+    __slots__ = ("nodes", "by_free", "max_free")
 
     def __init__(self, nodes: range, gpus_per_node: int) -> None:
         self.nodes = nodes
         self.by_free: list[set[int]] = [set() for _ in range(gpus_per_node + 1)]
         self.by_free[gpus_per_node].update(nodes)
+        # Most free GPUs on any one node: a request for more fails without looking at buckets.
+        self.max_free = gpus_per_node if nodes else 0
+
+    def move(self, node: int, old: int, new: int) -> None:
+        """Node `node` went from `old` to `new` free GPUs."""
+        by_free = self.by_free
+        by_free[old].discard(node)
+        by_free[new].add(node)
+        if new > self.max_free:
+            self.max_free = new
+        elif old == self.max_free and not by_free[old]:
+            top = old
+            while top and not by_free[top]:
+                top -= 1
+            self.max_free = top
 
     def free_gpus(self) -> int:
         return sum(c * len(bucket) for c, bucket in enumerate(self.by_free))
@@ -119,8 +134,10 @@ class Cluster:
         G = self.gpus_per_node
         if nodes == 1:
             for pool in pools:
+                if per > pool.max_free:
+                    continue
                 by_free = pool.by_free
-                for c in range(per, G + 1):
+                for c in range(per, pool.max_free + 1):
                     bucket = by_free[c]
                     if bucket:
                         if not avoid:
@@ -131,6 +148,8 @@ class Cluster:
                                 return [(node, self._take(node, gpus))]
             return None
         for pool in pools:
+            if nodes and (per > pool.max_free or (per == G and len(pool.by_free[G]) < nodes)):
+                continue
             chosen = self._pick(pool, nodes, per, gpus, avoid)
             if chosen:
                 alloc: Alloc = []
@@ -171,11 +190,9 @@ class Cluster:
         stack = self.free[node]
         gpus = stack[-k:]
         del stack[-k:]
-        gpus.reverse()
+        gpus.sort()
         c = self.free_count[node]
-        by_free = self.pool_of[node].by_free
-        by_free[c].discard(node)
-        by_free[c - k].add(node)
+        self.pool_of[node].move(node, c, c - k)
         self.free_count[node] = c - k
         return gpus
 
@@ -184,7 +201,5 @@ class Cluster:
         for node, gpus in alloc:
             self.free[node].extend(reversed(gpus))
             c = self.free_count[node]
-            by_free = self.pool_of[node].by_free
-            by_free[c].discard(node)
-            by_free[c + len(gpus)].add(node)
+            self.pool_of[node].move(node, c, c + len(gpus))
             self.free_count[node] = c + len(gpus)

@@ -73,13 +73,15 @@ class Scheduler:
         self.gpus: list[int] = []
         self.shapes: list[Shape] = []
         self.pools: list[tuple[Pool, ...]] = []
-        self.keys: list[object] = []
         self.entries: list[tuple[float, int]] = []  # heap entry: (priority, index)
         self.estimates: list[float] = []  # runtime easy assumes: the time limit, else the runtime
         self.end_estimates: list[float] = []
         self.state: list[int] = []
         self.allocs: list[Alloc | None] = []
-        self.classes: dict[object, list[tuple[float, int]]] = {}
+        # Waiting jobs: all in queue order (fcfs, sing, easy), and by class (sing, easy, sjf).
+        self.queue: list[tuple[float, int]] = []
+        self.classes: dict[Shape, list[tuple[float, int]]] = {}
+        self.class_order: list[tuple[int, Shape]] = []  # by GPUs needed per node
         self.user_limit = settings.max_jobs_per_user
         self.running_by_user: Counter[str] = Counter()
         self.held: defaultdict[str, list[int]] = defaultdict(list)
@@ -162,9 +164,6 @@ class Scheduler:
         self.gpus.append(gpus)
         self.shapes.append(shape)
         self.pools.append(self.cluster.pools_for(shape))
-        self.keys.append(
-            0 if self.policy == "fcfs" else shape
-        )  # fcfs: one queue, only its head matters
         runtime = duration if duration is not None else (limit if limit is not None else INF)
         self.entries.append((runtime if self.policy == "sjf" else i, i))
         self.estimates.append(limit if limit is not None else runtime)
@@ -175,10 +174,17 @@ class Scheduler:
 
     def enqueue(self, i: int) -> None:
         self.state[i] = WAITING
-        heap = self.classes.get(self.keys[i])
-        if heap is None:
-            heap = self.classes[self.keys[i]] = []
-        heappush(heap, self.entries[i])
+        entry = self.entries[i]
+        if self.policy != "sjf":
+            heappush(self.queue, entry)
+        if self.policy != "fcfs":
+            key = self.shapes[i]
+            heap = self.classes.get(key)
+            if heap is None:
+                heap = self.classes[key] = []
+                # placement "any" (0 nodes) can use a single free GPU on each of several nodes
+                bisect.insort(self.class_order, (key[1] if key[0] else 1, key))
+            heappush(heap, entry)
         self.changed = True
 
     def release(self, i: int) -> None:
@@ -199,50 +205,63 @@ class Scheduler:
             return []
         self.changed = False
         started: list[int] = []
-        classes = self.classes
+        if self.policy != "sjf":
+            head = self._start_in_order(now, started)
+            if head < 0 or self.policy == "fcfs" or not self._block(head, now):
+                return started
+        self._backfill_pass(now, started)
+        return started
+
+    def _start_in_order(self, now: float, started: list[int]) -> int:
+        """Start jobs in queue order until one does not fit; returns that blocked head (or -1)."""
+        queue, state, place = self.queue, self.state, self.cluster.place
+        while True:
+            while queue and state[queue[0][1]] != WAITING:
+                heappop(queue)
+            if not queue:
+                return -1
+            i = queue[0][1]
+            if self._over_limit(i):
+                continue
+            alloc = place(self.shapes[i], self.pools[i])
+            if alloc is None:
+                return i
+            heappop(queue)
+            self._start(i, alloc, now, started)
+
+    def _backfill_pass(self, now: float, started: list[int]) -> None:
+        """Start jobs out of queue order, best priority first, as the policy allows.
+
+        Only classes whose shape can fit in the currently freest node are looked at; within a
+        pass free GPUs only shrink, so a class that fails to place is dropped for the pass.
+        """
+        most_free = max(self.cluster.general.max_free, self.cluster.small.max_free)
+        classes, state = self.classes, self.state
+        blocked_key = self.shapes[self.head] if self.policy != "sjf" else None
         cands = []
-        for key, heap in classes.items():
-            entry = _head(heap, self.state)
-            if entry is not None:
-                cands.append((entry, key))
+        for per, key in self.class_order:
+            if per > most_free:
+                break
+            if key != blocked_key:
+                entry = _head(classes[key], state)
+                if entry is not None:
+                    cands.append((entry, key))
         heapify(cands)
-        blocked = False
+        backfill = self._may_backfill if self.policy != "sjf" else self._place
         while cands:
             entry, key = cands[0]
             i = entry[1]
             heap = classes[key]
-            if self.user_limit and self.running_by_user[self.users[i]] >= self.user_limit:
-                heappop(heap)
-                self.state[i] = HELD
-                self.held[self.users[i]].append(i)
+            if self._over_limit(i):
                 self._next_in_class(cands, heap, key)
                 continue
-            if not blocked:
-                alloc = self.cluster.place(self.shapes[i], self.pools[i])
-                if alloc is not None:
-                    self._start(i, alloc, now, started)
-                    heappop(heap)
-                    self._next_in_class(cands, heap, key)
-                    continue
-                if self.policy == "fcfs":
-                    break
-                heappop(cands)  # the rest of this class has the same shape: it cannot fit either
-                if self.policy == "sjf":
-                    continue
-                blocked = True
-                if not self._block(i, now):
-                    break
-                continue
-            j, alloc = self._backfill(i, heap, now)
+            j, alloc = backfill(i, heap, now)
             if alloc is None:
                 heappop(cands)
                 continue
             self._start(j, alloc, now, started)
             self.budget_used += self.gpus[j]
-            if j == i:
-                heappop(heap)
             self._next_in_class(cands, heap, key)
-        return started
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -284,7 +303,18 @@ class Scheduler:
             return now - self.head_since < self.settings.max_head_wait_s
         return self.budget_used < self.settings.backfill_budget * self.gpus[i]
 
-    def _backfill(self, i: int, heap: list, now: float) -> tuple[int, Alloc | None]:
+    def _place(self, i: int, heap: list, now: float) -> tuple[int, Alloc | None]:
+        return i, self.cluster.place(self.shapes[i], self.pools[i])
+
+    def _over_limit(self, i: int) -> bool:
+        """Per-user limit: a job of a user at the limit is held until one of theirs ends."""
+        if not self.user_limit or self.running_by_user[self.users[i]] < self.user_limit:
+            return False
+        self.state[i] = HELD
+        self.held[self.users[i]].append(i)
+        return True
+
+    def _may_backfill(self, i: int, heap: list, now: float) -> tuple[int, Alloc | None]:
         """May job `i` (head of its class) start past the blocked head? Returns (job, alloc)."""
         place = self.cluster.place
         if self.policy == "sing":

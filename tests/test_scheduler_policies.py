@@ -1,0 +1,162 @@
+"""Hand-computed tiny traces: the exact start time of every job under every policy and option."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.cluster import Cluster
+from scheduler.core import Job, Placement, Scheduler
+from scheduler.settings import SchedulerSettings
+from scheduler.simulate import replay
+from scheduler.workload import Workload
+from sing.config import ConfigError
+
+
+def workload(*jobs: tuple[str, float, float, int], user: str = "u") -> Workload:
+    """Jobs as (id, submit, duration, gpus)."""
+    return Workload(
+        job_id=[j[0] for j in jobs],
+        user=[user] * len(jobs),
+        submit=[float(j[1]) for j in jobs],
+        duration=[float(j[2]) for j in jobs],
+        num_gpus=[j[3] for j in jobs],
+        num_nodes=[0] * len(jobs),
+        time_limit=[None] * len(jobs),
+    )
+
+
+def starts(w: Workload, nodes: int, gpus: int, policy: str, **options) -> dict[str, float]:
+    run = replay(w, nodes, gpus, SchedulerSettings(**options), policy)
+    return dict(zip(run.workload.job_id, run.start, strict=True))
+
+
+# One node of 4 GPUs. b (4 GPUs) is blocked behind a until t=10; c and d could run meanwhile.
+BLOCKED_HEAD = workload(("a", 0, 10, 2), ("b", 1, 10, 4), ("c", 2, 3, 1), ("d", 3, 20, 2))
+
+
+@pytest.mark.parametrize(
+    ("policy", "options", "expected"),
+    [
+        # Strict order: b waits for a, c and d wait for b.
+        ("fcfs", {}, {"a": 0, "b": 10, "c": 20, "d": 20}),
+        # Shortest first among what fits: c at 2, d when c ends at 5, b only when d ends at 25.
+        ("sjf", {}, {"a": 0, "b": 25, "c": 2, "d": 5}),
+        # Backfill while b has been blocked < 100 s: same as sjf here.
+        ("sing", {"backfill_rule": "wait", "max_head_wait_s": 100}, {"a": 0, "b": 25, "c": 2, "d": 5}),
+        # b blocked since 1: c backfills at 2 (1 s), d would at 5 (4 s >= 3 s): drain instead.
+        ("sing", {"backfill_rule": "wait", "max_head_wait_s": 3}, {"a": 0, "b": 10, "c": 2, "d": 20}),
+        # Budget = b's 4 GPUs: c (1) and d (2) both fit in it.
+        ("sing", {"backfill_rule": "budget", "backfill_budget": 1.0}, {"a": 0, "b": 25, "c": 2, "d": 5}),
+        # Budget = 2 GPUs: c uses 1, d (2 more) would exceed it.
+        ("sing", {"backfill_rule": "budget", "backfill_budget": 0.5}, {"a": 0, "b": 10, "c": 2, "d": 20}),
+        # b is reserved the node at 10 (a's end): c ends by 5 and may go, d (until 25) may not.
+        ("easy", {}, {"a": 0, "b": 10, "c": 2, "d": 20}),
+    ],
+)
+def test_blocked_head(policy: str, options: dict, expected: dict[str, float]) -> None:
+    assert starts(BLOCKED_HEAD, 1, 4, policy, **options) == expected
+
+
+def test_easy_backfills_a_long_job_outside_the_reserved_node() -> None:
+    # 2 nodes x 2 GPUs. x, y fill node0, v takes one GPU of node1. Head h (2 GPUs) gets node1 at
+    # t=50 (v's end). l (1000 s) may not delay it, so it waits until y frees node0 at t=10; s
+    # (ends at 23 < 50) may use node1 at once.
+    w = workload(
+        ("x", 0, 100, 1), ("y", 0, 10, 1), ("v", 0, 50, 1),
+        ("h", 1, 30, 2), ("l", 2, 1000, 1), ("s", 3, 20, 1),
+    )  # fmt: skip
+    assert starts(w, 2, 2, "easy") == {"x": 0, "y": 0, "v": 0, "h": 50, "l": 10, "s": 3}
+    assert starts(w, 2, 2, "fcfs") == {"x": 0, "y": 0, "v": 0, "h": 50, "l": 50, "s": 80}
+
+
+def test_easy_reserves_with_time_limits_not_runtimes() -> None:
+    # a really runs 10 s but declares 100 s: b's reservation is t=100, so c (30 s) may backfill.
+    sched = Scheduler(Cluster(1, 4), SchedulerSettings(policy="easy"))
+    sched.submit(Job("a", 2, duration_s=10, time_limit_s=100), 0)
+    assert [p.job_id for p in sched.schedule(0)] == ["a"]
+    sched.submit(Job("b", 4, time_limit_s=10), 1)
+    sched.submit(Job("c", 2, time_limit_s=30), 1)
+    assert [p.job_id for p in sched.schedule(1)] == ["c"]
+    sched.finish("a", 10)
+    assert sched.schedule(10) == []
+    sched.finish("c", 31)
+    assert sched.schedule(31) == [Placement("b", {"node0": [0, 1, 2, 3]})]
+
+
+def test_pack_placement_best_fit_and_whole_nodes() -> None:
+    sched = Scheduler(Cluster(3, 4), SchedulerSettings(policy="fcfs"))
+    for job in (Job("a", 2), Job("b", 3), Job("c", 2), Job("big", 5)):
+        sched.submit(job, 0)
+    got = {p.job_id: p.gpus for p in sched.schedule(0)}
+    # a opens node0, b needs 3 so takes node1, c fills node0 (fewest free that fit); big (5 > 4)
+    # needs two whole idle nodes and there is only one left.
+    assert got == {"a": {"node0": [0, 1]}, "b": {"node1": [0, 1, 2]}, "c": {"node0": [2, 3]}}
+    sched.finish("b", 5)
+    assert sched.schedule(5) == [Placement("big", {"node1": [0, 1, 2, 3], "node2": [0]})]
+
+
+@pytest.mark.parametrize(("placement", "expected"), [("pack", []), ("any", ["d"])])
+def test_any_placement_spreads_across_nodes(placement: str, expected: list[str]) -> None:
+    sched = Scheduler(Cluster(2, 2), SchedulerSettings(policy="fcfs", placement=placement))
+    for name in "abc":
+        sched.submit(Job(name, 1), 0)
+    sched.schedule(0)
+    sched.finish("b", 1)  # now node0 and node1 have one free GPU each
+    sched.submit(Job("d", 2), 1)
+    placed = sched.schedule(1)
+    assert [p.job_id for p in placed] == expected
+    if placed:
+        assert placed[0].gpus == {"node0": [1], "node1": [1]}
+
+
+@pytest.mark.parametrize(("power_of_two", "expected"), [(False, {"a": 0, "b": 0}), (True, {"a": 0, "b": 5})])
+def test_power_of_two_rounds_requests_up(power_of_two: bool, expected: dict) -> None:
+    w = workload(("a", 0, 5, 3), ("b", 0, 5, 1))
+    assert starts(w, 1, 4, "fcfs", power_of_two=power_of_two) == expected
+
+
+def test_small_job_pool() -> None:
+    settings = SchedulerSettings(policy="sjf", small_pool_nodes=1, small_job_max_gpus=1)
+    sched = Scheduler(Cluster(2, 2, small_pool_nodes=1), settings)
+    for job in (Job("big1", 2, duration_s=10), Job("big2", 2, duration_s=10), Job("s", 1, duration_s=10)):
+        sched.submit(job, 0)
+    # big2 may not use node1 (small jobs only); s goes to the small pool first.
+    assert {p.job_id: p.gpus for p in sched.schedule(0)} == {"big1": {"node0": [0, 1]}, "s": {"node1": [0]}}
+    sched.finish("big1", 10)
+    assert [p.job_id for p in sched.schedule(10)] == ["big2"]
+
+
+def test_per_user_limit() -> None:
+    sched = Scheduler(Cluster(1, 4), SchedulerSettings(policy="fcfs", max_jobs_per_user=1))
+    for job in (Job("a", 1, user="ana"), Job("b", 1, user="ana"), Job("c", 1, user="bo")):
+        sched.submit(job, 0)
+    assert [p.job_id for p in sched.schedule(0)] == ["a", "c"]
+    assert sched.waiting() == ["b"]
+    sched.finish("a", 5)
+    assert [p.job_id for p in sched.schedule(5)] == ["b"]
+
+
+def test_cancel_and_api_errors() -> None:
+    sched = Scheduler(Cluster(1, 2), SchedulerSettings(policy="sing"))
+    sched.submit(Job("a", 2), 0)
+    sched.submit(Job("b", 1), 0)
+    sched.schedule(0)
+    sched.cancel("b")
+    assert sched.waiting() == [] and sched.running() == ["a"]
+    with pytest.raises(ValueError, match="already submitted"):
+        sched.submit(Job("a", 1), 1)
+    with pytest.raises(ValueError, match="not running"):
+        sched.finish("b", 1)
+    with pytest.raises(ValueError, match="unknown job 'zz'"):
+        sched.finish("zz", 1)
+    with pytest.raises(ValueError, match="more than this 1x2 cluster"):
+        sched.submit(Job("huge", 3), 1)
+    with pytest.raises(ValueError, match="needs >= 1"):
+        sched.submit(Job("none", 0), 1)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="policy = 'lifo'; choose one of fcfs, sing, easy, sjf"):
+        SchedulerSettings(policy="lifo")
+    with pytest.raises(ConfigError, match="max_head_wait_s must be >= 0"):
+        SchedulerSettings(max_head_wait_s=-1)
