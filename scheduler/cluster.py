@@ -116,12 +116,10 @@ class Cluster:
     def capacity(self, shape: Shape) -> bool:
         """Whether a job of this shape could ever run here (on an empty cluster)."""
         nodes, per, gpus = shape
-        if per > self.gpus_per_node:
-            return False
         pools = self.pools_for(shape)
         if nodes == 0:
             return gpus <= sum(len(p.nodes) for p in pools) * self.gpus_per_node
-        return any(len(p.nodes) >= nodes for p in pools)
+        return per <= self.gpus_per_node and any(len(p.nodes) >= nodes for p in pools)
 
     def place(
         self, shape: Shape, pools: tuple[Pool, ...], avoid: Collection[int] = ()
