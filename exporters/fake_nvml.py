@@ -114,13 +114,13 @@ def per_index(table: Any, index: int) -> dict[str, Any]:
     return {}
 
 
-def evaluate(spec: Any, t: float, util: float, phase: float) -> Any:
-    """A value at time t: a number as is, or a pattern mapping."""
+def evaluate(spec: Any, t: float, util: float, stagger: float) -> Any:
+    """A value at time t: a number as is, or a pattern mapping (stagger: default phase, 0-1)."""
     if not isinstance(spec, dict) or "pattern" not in spec:
         return spec
     low, high = spec.get("min", 0.0), spec.get("max", 1.0)
     period = spec.get("period_s", 60.0)
-    x = ((t + spec.get("phase_s", phase)) % period) / period
+    x = ((t + spec.get("phase_s", stagger * period)) % period) / period
     shape = {
         "sine": lambda: 0.5 - 0.5 * math.cos(2 * math.pi * x),
         "square": lambda: 1.0 if x < spec.get("duty", 0.5) else 0.0,
@@ -199,13 +199,10 @@ class FakeNvml:
             **overrides,
         }
         t = now - self.start
-        period_share = index / self.count
-        phase = lambda spec: period_share * spec.get("period_s", 60.0)  # noqa: E731 - staggered
-        util = evaluate(raw.get("util", 0.0), t, 0.0, phase(raw.get("util") or {}))
-        state = {}
-        for key, spec in raw.items():
-            extra = phase(spec) if isinstance(spec, dict) else 0.0
-            state[key] = util if key == "util" else evaluate(spec, t, util, extra)
+        stagger = index / self.count  # GPUs run their patterns out of step unless phase_s is set
+        util = evaluate(raw.get("util", 0.0), t, 0.0, stagger)
+        state = {key: evaluate(spec, t, util, stagger) for key, spec in raw.items()}
+        state["util"] = util
         self._integrate(index, state, now)
         return state
 
@@ -215,7 +212,7 @@ class FakeNvml:
         dt = now - totals["at"]
         totals["at"] = now
         for counter, rate in RATES.items():
-            if rate in state:
+            if state.get(rate) is not None:
                 totals[counter] = totals.get(counter, 0.0) + float(state[rate]) * dt
                 state[counter] = state.get(counter, 0.0) + totals[counter]
 
@@ -249,7 +246,7 @@ class FakeNvml:
             raise pynvml.NVMLError(NVML_ERROR_CODES[kind])
         if handle.mig is not None:
             state = state["mig"][handle.mig]
-        if key not in state:
+        if state.get(key) is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return state[key]
 
@@ -322,7 +319,7 @@ class FakeNvml:
         values = []
         for field in field_ids:
             key, scale = keys[field]
-            ok = key in state
+            ok = state.get(key) is not None
             values.append(
                 SimpleNamespace(
                     fieldId=field,
@@ -335,7 +332,9 @@ class FakeNvml:
 
     def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
         state = self.gpu_state(h.index)
-        return SimpleNamespace(isSupportedDevice=int(any(k in state for k in GPM_METRICS.values())))
+        return SimpleNamespace(
+            isSupportedDevice=int(any(state.get(k) is not None for k in GPM_METRICS.values()))
+        )
 
     def nvmlGpmSampleAlloc(self) -> Any:  # noqa: N802
         buffer = ctypes.create_string_buffer(8)
@@ -346,9 +345,10 @@ class FakeNvml:
     def nvmlGpmSampleGet(self, h: FakeHandle, sample: Any) -> Any:  # noqa: N802
         self._value(h, "uuid", "gpm")
         state = self.gpu_state(h.index)
-        taken = {m: state[key] * 100 for m, key in GPM_METRICS.items() if key in state}
-        self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1].clear()
-        self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1].update(taken)
+        taken = {m: state[k] * 100 for m, k in GPM_METRICS.items() if state.get(k) is not None}
+        stored = self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1]
+        stored.clear()
+        stored.update(taken)
         return sample
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:  # noqa: N802
