@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "executors.cli",
     "exporters.cli",
     "collector.cli",
+    "traces.cli",
+    "demo.cli",
 )
 
 

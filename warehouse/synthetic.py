@@ -123,14 +123,14 @@ def draw_jobs(rng: np.random.Generator, seconds: float, gpus: int) -> list[Synth
         habit = HABITS[habit_name]
         count = rng.poisson(LOAD_SCALE * habit.jobs_per_day * scale * seconds / 86_400)
         for submit in np.sort(rng.uniform(0, seconds, count)):
-            jobs.append(_draw_job(rng, user, account, habit_name, habit, float(submit)))
+            jobs.append(draw_job(rng, user, account, habit_name, habit, float(submit)))
     jobs.sort(key=lambda j: j.submit)
     for n, job in enumerate(jobs, start=1):
         job.job_id = str(1000 + n)
     return jobs
 
 
-def _draw_job(
+def draw_job(
     rng: np.random.Generator, user: str, account: str, habit_name: str, habit: Habit, submit: float
 ) -> SyntheticJob:
     num_gpus = int(rng.choice(habit.sizes, p=habit.weights))

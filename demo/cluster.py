@@ -1,0 +1,219 @@
+"""The live simulated campus cluster: a workload, the SING scheduler, and simulated GPUs.
+
+Users of the synthetic workload (warehouse.synthetic) submit jobs over time; the scheduler's
+`sing` policy places them; "running" a job means writing what its GPUs would show into the fake
+exporters' state file (utilisation, memory, power, the job holding each GPU, RDMA rates per
+port), and writing its record where the collector's job sync reads it. Time is compressed:
+`speed` simulated seconds pass per real second, so a 6-hour training run lasts 3 minutes at the
+default speed of 120, while all timestamps stay real wall-clock times.
+
+One idle two-node job is submitted first, so an admin always has something to find.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scheduler.cluster import Cluster
+from scheduler.core import Job, Scheduler
+from scheduler.settings import SchedulerSettings
+from warehouse import synthetic
+
+# A finished job's record stays in the records file this long, for the job sync to pick it up.
+KEEP_FINISHED_S = 900.0
+
+
+@dataclass
+class LiveJob:
+    spec: synthetic.SyntheticJob
+    submit: datetime
+    real_duration_s: float
+    start: datetime | None = None
+    end: datetime | None = None
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        if self.end is not None:
+            return self.spec.state
+        return "RUNNING" if self.start else "PENDING"
+
+
+class LiveCluster:
+    """Advance with `tick(now)`; it rewrites the state and records files each time."""
+
+    def __init__(
+        self,
+        state_file: Path,
+        records_file: Path,
+        *,
+        nodes: int = 16,
+        gpus_per_node: int = 8,
+        speed: float = 120.0,
+        seed: int = 0,
+        first_job_id: int = 500_000,
+        cluster: str = "campus",
+    ) -> None:
+        self.state_file = state_file
+        self.records_file = records_file
+        self.names = synthetic.node_names(nodes)
+        self.gpus_per_node = gpus_per_node
+        self.speed = speed
+        self.cluster = cluster
+        self.rng = np.random.default_rng(seed)
+        self.noise = random.Random(seed)
+        self.scheduler = Scheduler(
+            Cluster(nodes, gpus_per_node, names=self.names), SchedulerSettings(policy="sing")
+        )
+        self.jobs: dict[str, LiveJob] = {}
+        self.next_id = first_job_id
+        self.last: datetime | None = None
+        self.gpu_rate = nodes * gpus_per_node / 128 * synthetic.LOAD_SCALE
+
+    def inject_idle_multinode_job(self, now: datetime) -> str:
+        """A 2-node job that holds 16 GPUs and does nothing, for the idle-jobs report."""
+        user, account, _ = next(u for u in synthetic.USERS if u[2] == "multinode")
+        habit = synthetic.HABITS["multinode"]
+        spec = synthetic.draw_job(self.rng, user, account, "multinode", habit, 0.0)
+        spec.num_gpus, spec.mean_util, spec.mem_share = 2 * self.gpus_per_node, 0.003, 0.03
+        spec.duration, spec.state, spec.exit_code = 8 * 3600.0, "COMPLETED", 0
+        return self._submit(spec, now)
+
+    def tick(self, now: datetime) -> None:
+        if self.last is not None:
+            self._arrivals(now, (now - self.last).total_seconds())
+        self.last = now
+        for job_id, job in list(self.jobs.items()):
+            if job.start and job.end is None:
+                if (now - job.start).total_seconds() >= job.real_duration_s:
+                    job.end = now
+                    self.scheduler.finish(job_id, now.timestamp())
+        for placement in self.scheduler.schedule(now.timestamp()):
+            job = self.jobs[placement.job_id]
+            job.start, job.gpus = now, placement.gpus
+        self._forget_old(now)
+        _write_json(self.state_file, self.device_state())
+        _write_json(self.records_file, {"cluster": self.cluster, "jobs": self.records()})
+
+    def _arrivals(self, now: datetime, real_dt: float) -> None:
+        sim_days = real_dt * self.speed / 86_400
+        for user, account, habit_name in synthetic.USERS:
+            habit = synthetic.HABITS[habit_name]
+            for _ in range(self.rng.poisson(habit.jobs_per_day * self.gpu_rate * sim_days)):
+                spec = synthetic.draw_job(self.rng, user, account, habit_name, habit, 0.0)
+                self._submit(spec, now)
+
+    def _submit(self, spec: synthetic.SyntheticJob, now: datetime) -> str:
+        job_id = str(self.next_id)
+        self.next_id += 1
+        spec.job_id = job_id
+        self.jobs[job_id] = LiveJob(spec, now, max(5.0, spec.duration / self.speed))
+        self.scheduler.submit(
+            Job(job_id, spec.num_gpus, user=spec.user, duration_s=spec.duration / self.speed),
+            now.timestamp(),
+        )
+        return job_id
+
+    def _forget_old(self, now: datetime) -> None:
+        for job_id in [j for j, job in self.jobs.items() if job.end is not None]:
+            if (now - self.jobs[job_id].end).total_seconds() > KEEP_FINISHED_S:  # type: ignore[operator]
+                del self.jobs[job_id]
+
+    def device_state(self) -> dict[str, Any]:
+        """The fake exporters' state file: per node, per GPU values and per port RDMA rates."""
+        nodes: dict[str, Any] = {
+            name: {"gpus": {str(i): _idle_gpu() for i in range(self.gpus_per_node)}, "rdma": {}}
+            for name in self.names
+        }
+        for job in self.jobs.values():
+            if job.start is None or job.end is not None:
+                continue
+            spec = job.spec
+            for node, indices in job.gpus.items():
+                utils = []
+                for i in indices:
+                    util = spec.mean_util
+                    if util > 0.01:
+                        util = min(1.0, max(0.0, util + self.noise.gauss(0, 0.08)))
+                    utils.append(util)
+                    nodes[node]["gpus"][str(i)] = {
+                        "util": round(util, 4),
+                        "sm_active": round(util * spec.sm_factor, 4),
+                        "memory_used": int(spec.mem_share * synthetic.GPU_MEMORY),
+                        "power_w": round(_power(util), 1),
+                        "temperature": round(30 + 45 * util, 1),
+                        "job_id": job.spec.job_id,
+                        "user": spec.user,
+                    }
+                talks = len(job.gpus) > 1 and spec.mean_util > 0.01
+                rate = 0.35 * (sum(utils) / len(utils)) * synthetic.NODE_LINK_BYTES_S if talks else 0
+                for port in range(synthetic.RDMA_PORTS):
+                    nodes[node]["rdma"][f"mlx5_{port}/1"] = {
+                        "tx_bytes_per_s": rate / synthetic.RDMA_PORTS,
+                        "rx_bytes_per_s": rate / synthetic.RDMA_PORTS,
+                    }
+        return {"nodes": nodes}
+
+    def records(self) -> list[dict[str, Any]]:
+        """Job records in the warehouse's `jobs` columns, plus each job's GPUs."""
+        out = []
+        for job in self.jobs.values():
+            spec = job.spec
+            out.append(
+                {
+                    "job_id": spec.job_id,
+                    "user": spec.user,
+                    "account": spec.account,
+                    "partition": "interactive" if spec.interactive else "gpu",
+                    "name": f"{spec.habit}-{spec.job_id}",
+                    "submit_time": job.submit.isoformat(),
+                    "start_time": job.start.isoformat() if job.start else None,
+                    "end_time": job.end.isoformat() if job.end else None,
+                    "state": job.state,
+                    "exit_code": spec.exit_code if job.end else None,
+                    "num_nodes": len(job.gpus) or -(-spec.num_gpus // self.gpus_per_node),
+                    "gpus_per_node": min(spec.num_gpus, self.gpus_per_node),
+                    "num_gpus": spec.num_gpus,
+                    "time_limit_s": int(spec.time_limit / self.speed),
+                    "nodes": sorted(job.gpus),
+                    "interactive": spec.interactive,
+                    "dependencies": json.dumps(spec.dependencies, sort_keys=True),
+                    "gpus": job.gpus,
+                }
+            )
+        return out
+
+
+def _idle_gpu() -> dict[str, Any]:
+    return {
+        "util": 0.0,
+        "sm_active": 0.0,
+        "memory_used": 0,
+        "power_w": synthetic.IDLE_POWER_W,
+        "temperature": 30.0,
+        "job_id": None,
+        "user": None,
+    }
+
+
+def _power(util: float) -> float:
+    return synthetic.IDLE_POWER_W + (synthetic.MAX_POWER_W - synthetic.IDLE_POWER_W) * util**0.9
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace the file whole, so the exporter or the job sync never reads half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,208 @@
+"""`sing demo`: a live simulated campus cluster on this machine, on real processes.
+
+    sing exporter   one process serving 16 fake nodes (8 GPUs each) on 16 ports
+    sing collector  scraping them via a file_sd file, syncing the simulated jobs
+    sing dashboard  in demo mode
+    this process    the workload and the SING scheduler (demo.cluster), one tick a second
+
+The first run seeds the warehouse with a week of synthetic history so the dashboard has
+something to show at once; later runs resume with the same warehouse (`--reset` starts over).
+Ctrl-C or SIGTERM stops every child; children also die with this process if it is killed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from demo.cluster import LiveCluster, now_utc
+from warehouse.store import Warehouse
+from warehouse.synthetic import generate, node_names
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    home: Path
+    nodes: int = 16
+    gpus_per_node: int = 8
+    port_base: int = 9500
+    dashboard_port: int = 8501
+    collector_metrics_port: int = 9499
+    interval_s: float = 5.0
+    speed: float = 120.0
+    history_days: float = 7.0
+    seed: int = 0
+    duration_s: float | None = None
+    reset: bool = False
+    dashboard: bool = True
+
+
+def _die_with_parent() -> None:
+    """Run in each child before exec: the kernel sends it SIGTERM if the demo dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Demo:
+    def __init__(self, options: DemoOptions) -> None:
+        self.o = options
+        self.home = options.home
+        self.warehouse = self.home / "warehouse"
+        self.config = self.home / "sing.toml"
+        self.children: dict[str, subprocess.Popen] = {}
+        self.stop = threading.Event()
+
+    def prepare(self) -> None:
+        if self.o.reset and self.home.exists():
+            shutil.rmtree(self.home)
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        names = node_names(self.o.nodes)
+        targets = [
+            {"targets": [f"127.0.0.1:{self.o.port_base + n}"], "labels": {"node": name}}
+            for n, name in enumerate(names)
+        ]
+        (self.home / "targets.json").write_text(json.dumps(targets, indent=1))
+        self.config.write_text(
+            f"""# Written by `sing demo`.
+[site]
+cluster = "campus"
+warehouse = "warehouse"
+
+[collector]
+file_sd = "targets.json"
+interval_s = {self.o.interval_s}
+job_sync = "demo.jobsync:sync"
+job_sync_interval_s = {self.o.interval_s}
+maintenance_interval_s = 120
+metrics_port = {self.o.collector_metrics_port}
+
+[demo]
+state_file = "state.json"
+records_file = "jobs.json"
+"""
+        )
+        wh = Warehouse(self.warehouse)
+        fresh = not any((self.warehouse / "jobs").glob("*.parquet"))
+        if fresh and self.o.history_days > 0:
+            log.info("seeding %s days of synthetic history", self.o.history_days)
+            generate(
+                wh,
+                nodes=self.o.nodes,
+                gpus_per_node=self.o.gpus_per_node,
+                days=self.o.history_days,
+                seed=self.o.seed,
+                end=now_utc() - timedelta(hours=1),
+            )
+
+    def first_job_id(self) -> int:
+        con = Warehouse(self.warehouse).connect()
+        (top,) = con.execute("SELECT max(TRY_CAST(job_id AS BIGINT)) FROM jobs").fetchone()
+        return max(500_000, (top or 0) + 1)
+
+    def spawn(self, name: str, *args: str) -> None:
+        log_file = open(self.home / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
+        command = [sys.executable, "-m", "sing.cli", "--config", str(self.config), *args]
+        self.children[name] = subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            cwd=self.home,
+        )
+        log.info("started %s (pid %d)", name, self.children[name].pid)
+
+    def start_children(self) -> None:
+        nodes = [
+            f"--node={name}:{self.o.port_base + n}"
+            for n, name in enumerate(node_names(self.o.nodes))
+        ]
+        self.spawn(
+            "exporter",
+            "exporter",
+            "--fake",
+            "--fake-state",
+            str(self.home / "state.json"),
+            "--fake-root",
+            str(self.home / "fake-nodes"),
+            "--listen-address",
+            "127.0.0.1",
+            *nodes,
+        )
+        self.spawn("collector", "collector")
+        if self.o.dashboard:
+            self.spawn(
+                "dashboard",
+                "dashboard",
+                "--demo",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(self.o.dashboard_port),
+            )
+
+    def run(self) -> int:
+        self.prepare()
+        cluster = LiveCluster(
+            self.home / "state.json",
+            self.home / "jobs.json",
+            nodes=self.o.nodes,
+            gpus_per_node=self.o.gpus_per_node,
+            speed=self.o.speed,
+            seed=self.o.seed + int(time.time()),
+            first_job_id=self.first_job_id(),
+        )
+        cluster.inject_idle_multinode_job(now_utc())
+        cluster.tick(now_utc())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stop.set())
+        self.start_children()
+        if self.o.dashboard:
+            print(f"sing demo: dashboard at http://127.0.0.1:{self.o.dashboard_port}", flush=True)
+        print(f"sing demo: files in {self.home}; Ctrl-C stops everything", flush=True)
+        deadline = time.monotonic() + self.o.duration_s if self.o.duration_s else None
+        try:
+            while not self.stop.wait(1.0):
+                cluster.tick(now_utc())
+                for name, child in self.children.items():
+                    if child.poll() is not None:
+                        log.error("%s exited with %s; see %s", name, child.returncode, self.home)
+                        self.stop.set()
+                if deadline and time.monotonic() > deadline:
+                    break
+        finally:
+            self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + 15
+        for name, child in self.children.items():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop on SIGTERM; killing it", name)
+                child.kill()
+                child.wait()
+        print("sing demo: stopped", flush=True)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SING_DEMO_HOME", "var/demo")).resolve()
