@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-import duckdb
 import pyarrow as pa
+
+from traces import sql
 
 AGGREGATES_SQL = """
 SELECT
@@ -35,7 +36,7 @@ STATES_SQL = "SELECT state, count(*) AS n FROM jobs GROUP BY state ORDER BY stat
 
 def compute(jobs: pa.Table, timeseries: pa.Table | None = None) -> dict:
     """Aggregates of a jobs table (and the row count of its timeseries, if any)."""
-    con = duckdb.connect()
+    con = sql.connect()
     con.register("jobs", _with_defaults(jobs))
     cursor = con.execute(AGGREGATES_SQL)
     names = [d[0] for d in cursor.description]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from traces import sql
 
 OTHER = "other"
 PSEUDONYM_HEX = 16  # 64 bits: no collisions expected below ~10^9 distinct values
@@ -39,7 +40,7 @@ def apply_k_anonymity(jobs: pa.Table, k: int, rare_shapes: str) -> tuple[pa.Tabl
     singles out whoever ran it. Returns the table (real user names still in it, so distinct users
     can be counted) and how many jobs were left out.
     """
-    con = duckdb.connect()
+    con = sql.connect()
     con.register("jobs", jobs)
     others = ", ".join(f'"{c}"' for c in jobs.column_names if c not in ("group", "gpu_model"))
     shape_users = 'count(DISTINCT "user") OVER (PARTITION BY num_nodes, gpus_per_node, gpu_model)'

@@ -18,12 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sing.errors import UserError
-from traces import aggregates
+from traces import aggregates, sql
 from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, TIMESERIES, Resource
 
 DATAPACKAGE = "datapackage.json"
@@ -119,7 +118,7 @@ def _write_csv(data: pa.Table, path: Path, spec: Resource) -> None:
         quoted = '"' + name + '"'
         is_list = pa.types.is_list(data.schema.field(name).type)
         columns.append(f"to_json({quoted})::VARCHAR AS {quoted}" if is_list else quoted)
-    con = duckdb.connect()
+    con = sql.connect()
     con.register("data", data)
     target = str(path).replace("'", "''")
     con.execute(

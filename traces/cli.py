@@ -1,0 +1,126 @@
+"""`sing trace ...`: export, import, validate, summarise and convert job traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+from sing.config import Config
+from sing.errors import UserError
+from traces import aggregates
+from traces.export import export_trace
+from traces.importers import FORMATS, import_trace
+from traces.read import read_package, read_table
+from traces.settings import TraceSettings, load_key
+from traces.swf import write_swf
+from traces.validate import validate
+from warehouse.store import Warehouse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    trace = subparsers.add_parser("trace", help="anonymized job traces: export, import, validate")
+    sub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("export", help="export an anonymized trace of a time window")
+    p.add_argument("--since", required=True, type=_time, help="window start (UTC), e.g. 2025-01-01")
+    p.add_argument("--until", required=True, type=_time, help="window end (UTC, exclusive)")
+    p.add_argument("--out", required=True, help="new directory to write the trace to")
+    p.add_argument("--key-file", help="secret HMAC key (hex), created if missing")
+    p.add_argument("--timeseries", action="store_true", help="add per-minute job_timeseries")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser("import", help="import a public trace into the open format")
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("file", help="the source file (Philly: .csv jobs file or .json job log)")
+    p.add_argument("--out", required=True, help="new directory to write the trace to")
+    p.add_argument("--timezone", help="zone of naive times in the source (default per format)")
+    p.set_defaults(func=_import)
+
+    p = sub.add_parser("validate", help="check a trace against its datapackage.json")
+    p.add_argument("dir")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("summary", help="print a trace's aggregates")
+    p.add_argument("dir")
+    p.set_defaults(func=_summary)
+
+    p = sub.add_parser("swf", help="write a trace as Standard Workload Format")
+    p.add_argument("dir")
+    p.add_argument("--out", required=True, help="SWF file to write")
+    p.set_defaults(func=_swf)
+
+
+def _time(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date/time like 2025-01-31T12:00"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _export(args: argparse.Namespace, config: Config) -> int:
+    settings = config.section("trace", TraceSettings)
+    key_file = args.key_file or (
+        str(config.resolve_path(settings.key_file)) if settings.key_file else ""
+    )
+    warehouse = config.warehouse_dir(args.warehouse)
+    if not warehouse.is_dir():
+        raise UserError(f"{warehouse}: no warehouse there (set --warehouse or [site] warehouse)")
+    result = export_trace(
+        Warehouse(warehouse),
+        args.since,
+        args.until,
+        args.out,
+        key=load_key(key_file),
+        settings=settings,
+        timeseries=args.timeseries,
+    )
+    print(
+        f"wrote {result.path}: {result.jobs} jobs, {result.aggregates['gpu_hours']:.1f} GPU-hours; "
+        f"{result.suppressed_jobs} jobs left out by the k={settings.k} policy"
+    )
+    return 0
+
+
+def _import(args: argparse.Namespace, config: Config) -> int:
+    path = import_trace(args.format, args.file, args.out, args.timezone)
+    figures = json.loads((path / "aggregates.json").read_text())
+    print(f"wrote {path}: {figures['jobs']} jobs, {figures['gpu_hours']:.1f} GPU-hours")
+    return 0
+
+
+def _validate(args: argparse.Namespace, config: Config) -> int:
+    problems = validate(args.dir)
+    for problem in problems:
+        print(f"{args.dir}: {problem}")
+    if problems:
+        print(f"{args.dir}: INVALID ({len(problems)} problem(s))")
+        return 1
+    print(f"{args.dir}: valid")
+    return 0
+
+
+def _summary(args: argparse.Namespace, config: Config) -> int:
+    package = read_package(args.dir)
+    jobs = read_table(args.dir)
+    series = (
+        read_table(args.dir, "job_timeseries")
+        if (any(r.get("name") == "job_timeseries" for r in package.get("resources", [])))
+        else None
+    )
+    figures = aggregates.compute(jobs, series)
+    print(f"{package.get('title')}  (format {package['sing_format']['version']})")
+    print(f"release start {package['release_start']}  end {package.get('release_end') or '-'}")
+    for key, value in figures.items():
+        shown = f"{value:,.1f}" if isinstance(value, float) else value
+        print(f"  {key:<16} {shown}")
+    return 0
+
+
+def _swf(args: argparse.Namespace, config: Config) -> int:
+    jobs = write_swf(args.dir, args.out)
+    print(f"wrote {args.out}: {jobs} jobs")
+    return 0

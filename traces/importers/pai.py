@@ -1,0 +1,82 @@
+"""Alibaba PAI (2020): `pai_job_table.csv`, headerless, column names in `pai_job_table.header`.
+
+Job table: job_name, inst_id, user, status, start_time, end_time, with times in seconds shifted
+by a secret constant. The GPUs a job asked for live in the task table: when
+`pai_task_table.csv` (+ .header) sits beside the job table, a job's GPUs are the sum over its
+tasks of plan_gpu (percent of one GPU) x inst_num / 100, rounded up, and its start is its first
+task's start; without it GPUs are unknown and the start is the job's start_time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from traces.importers.common import (
+    Source,
+    header_file,
+    number,
+    read_table,
+    require,
+    seconds_since_epoch,
+)
+
+DEFAULT_TIMEZONE = "UTC"  # unused: PAI times are shifted Unix seconds
+
+
+def load(path: Path, timezone: str) -> Source:
+    df = read_table(
+        path,
+        columns=header_file(path.with_suffix(".header")),
+        required=("job_name", "user", "status", "start_time"),
+    )
+    submit = seconds_since_epoch(df, "start_time", path)
+    require(df, submit, "start_time", path)
+    jobs = pl.DataFrame(
+        {
+            "job_id": df["job_name"],
+            "user": df["user"],
+            "state": df["status"],
+            "submit": submit,
+            "start": submit,
+            "end": seconds_since_epoch(df, "end_time", path),
+        }
+    )
+    tasks_file = path.with_name("pai_task_table.csv")
+    biases = ["Times are shifted by a secret constant: release_start is not a real date."]
+    if tasks_file.is_file():
+        tasks = _task_summary(tasks_file)
+        jobs = (
+            jobs.drop("start")
+            .join(tasks, on="job_id", how="left")
+            .with_columns(pl.col("start").fill_null(pl.col("submit")))
+        )
+        biases.append("Fractional GPU requests (shared GPUs) are rounded up to whole GPUs.")
+    else:
+        biases.append("No pai_task_table.csv beside the job table: GPUs and queueing unknown.")
+    return Source(
+        jobs,
+        "Alibaba PAI GPU cluster trace (2020), imported",
+        "Alibaba's PAI cluster, Jul-Aug 2020 (alibaba/clusterdata cluster-trace-gpu-v2020, "
+        "CC-BY-4.0; Weng et al., NSDI'22). Imported by sing.",
+        biases,
+    )
+
+
+def _task_summary(path: Path) -> pl.DataFrame:
+    df = read_table(
+        path,
+        columns=header_file(path.with_suffix(".header")),
+        required=("job_name", "inst_num", "start_time", "plan_gpu"),
+    )
+    tasks = pl.DataFrame(
+        {
+            "job_id": df["job_name"],
+            "gpus": number(df, "plan_gpu", path).fill_null(0) * number(df, "inst_num", path) / 100,
+            "start": seconds_since_epoch(df, "start_time", path),
+        }
+    )
+    return tasks.group_by("job_id").agg(
+        pl.col("gpus").sum().ceil().cast(pl.Int64).alias("num_gpus"), pl.col("start").min()
+    )
