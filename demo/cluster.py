@@ -92,10 +92,10 @@ class LiveCluster:
             self._arrivals(now, (now - self.last).total_seconds())
         self.last = now
         for job_id, job in list(self.jobs.items()):
-            if job.start and job.end is None:
-                if (now - job.start).total_seconds() >= job.real_duration_s:
-                    job.end = now
-                    self.scheduler.finish(job_id, now.timestamp())
+            due = job.start and (now - job.start).total_seconds() >= job.real_duration_s
+            if due and job.end is None:
+                job.end = now
+                self.scheduler.finish(job_id, now.timestamp())
         for placement in self.scheduler.schedule(now.timestamp()):
             job = self.jobs[placement.job_id]
             job.start, job.gpus = now, placement.gpus
@@ -154,7 +154,8 @@ class LiveCluster:
                         "user": spec.user,
                     }
                 talks = len(job.gpus) > 1 and spec.mean_util > 0.01
-                rate = 0.35 * (sum(utils) / len(utils)) * synthetic.NODE_LINK_BYTES_S if talks else 0
+                mean_util = sum(utils) / len(utils)
+                rate = 0.35 * mean_util * synthetic.NODE_LINK_BYTES_S if talks else 0.0
                 for port in range(synthetic.RDMA_PORTS):
                     nodes[node]["rdma"][f"mlx5_{port}/1"] = {
                         "tx_bytes_per_s": rate / synthetic.RDMA_PORTS,

@@ -9,4 +9,3 @@ from dataclasses import dataclass
 class DemoSettings:
     state_file: str = "state.json"  # what the fake exporters show, rewritten every tick
     records_file: str = "jobs.json"  # job records the collector's job sync reads
-
