@@ -16,6 +16,7 @@ from collections import deque
 import pyarrow as pa
 
 from collector.selfmetrics import SelfMetrics
+from sing.errors import UserError
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class BufferedWriter:
         self.metrics = metrics
         self._pending: deque[tuple[str, pa.Table]] = deque()
         self._lock = threading.Lock()
-        self._failing_since: str | None = None
+        self._failing = False
 
     @property
     def buffered_rows(self) -> int:
@@ -57,14 +58,18 @@ class BufferedWriter:
                     self.buffered_rows,
                     self.max_rows,
                 )
-                self._failing_since = self._failing_since or name
+                self._failing = True
                 continue
+            except UserError as err:  # rows the schema refuses: retrying cannot help
+                self.metrics.rows_dropped.labels(name).inc(batch.num_rows)
+                log.error("dropped %d %s rows the warehouse refused: %s", batch.num_rows, name, err)
+                written = 0
             self._pending = deque((n, t) for n, t in self._pending if n != name)
             self.metrics.rows_written.labels(name).inc(written)
-            if self._failing_since and len(parts) > 1:
-                log.warning("warehouse writable again: wrote %d buffered %s rows", written, name)
-        if self._failing_since and not self._pending:
-            self._failing_since = None
+            if self._failing:
+                log.warning("warehouse writable again: wrote %d %s rows", written, name)
+        if not self._pending:
+            self._failing = False
 
     def _drop_overflow(self) -> None:
         total = self.buffered_rows
