@@ -22,6 +22,7 @@ from sing.errors import UserError
 TABLE = (
     ("policy", "policy", None, "{}"),
     ("gpu_assignment", "assigned", 100, "{:.1f}%"),
+    ("busy_assignment", "busy", 100, "{:.1f}%"),
     ("mean_wait_s", "wait mean h", 1 / 3600, "{:.2f}"),
     ("p50_wait_s", "p50", 1 / 3600, "{:.2f}"),
     ("p95_wait_s", "p95", 1 / 3600, "{:.1f}"),

@@ -124,7 +124,7 @@ class Cluster:
     def place(
         self, shape: Shape, pools: tuple[Pool, ...], avoid: Collection[int] = ()
     ) -> Alloc | None:
-        """Take GPUs for `shape` best-fit (fewest free GPUs that suffice), or None if it does not fit.
+        """Take GPUs for `shape` best-fit (fewest free GPUs that suffice); None if it cannot fit.
 
         Nodes in `avoid` are not used (EASY keeps its reservation free this way).
         """

@@ -6,10 +6,11 @@
         launch(p.job_id, p.gpus)
     sched.finish("j1", later)
 
-Waiting jobs are indexed by *class*: all jobs of one shape (see scheduler.cluster) sit in one heap in
-priority order (submit order; runtime for sjf). Jobs of one class are interchangeable for placement,
-so a pass only ever looks at the head of each class: when a class's head does not fit, nothing
-behind it in that class does. A pass therefore costs O(classes + jobs started), never O(queue).
+Waiting jobs are indexed by *class*: all jobs of one shape (see scheduler.cluster) sit in one heap
+in priority order (submit order; runtime for sjf). Jobs of one class are interchangeable for
+placement, so a pass only ever looks at the head of each class: when a class's head does not fit,
+nothing behind it in that class does. A pass therefore costs O(classes + jobs started), never
+O(queue).
 
 Policies (docs/scheduler.md has the details and measurements):
 - fcfs: strict submit order; a head that does not fit blocks everything.

@@ -73,7 +73,8 @@ def read_trace(path: str | Path) -> Workload:
         if missing:
             raise UserError(
                 f"{path}: header {','.join(header) or '(empty)'} is neither the Philly jobs format "
-                f"({','.join(PHILLY_COLUMNS)}) nor simple CSV; missing column(s) {', '.join(missing)}"
+                f"({','.join(PHILLY_COLUMNS)}) nor simple CSV; missing column(s) "
+                f"{', '.join(missing)}"
             )
         return _read_rows(path, reader, header, _simple_row)
 

@@ -42,13 +42,29 @@ BLOCKED_HEAD = workload(("a", 0, 10, 2), ("b", 1, 10, 4), ("c", 2, 3, 1), ("d", 
         # Shortest first among what fits: c at 2, d when c ends at 5, b only when d ends at 25.
         ("sjf", {}, {"a": 0, "b": 25, "c": 2, "d": 5}),
         # Backfill while b has been blocked < 100 s: same as sjf here.
-        ("sing", {"backfill_rule": "wait", "max_head_wait_s": 100}, {"a": 0, "b": 25, "c": 2, "d": 5}),
+        (
+            "sing",
+            {"backfill_rule": "wait", "max_head_wait_s": 100},
+            {"a": 0, "b": 25, "c": 2, "d": 5},
+        ),
         # b blocked since 1: c backfills at 2 (1 s), d would at 5 (4 s >= 3 s): drain instead.
-        ("sing", {"backfill_rule": "wait", "max_head_wait_s": 3}, {"a": 0, "b": 10, "c": 2, "d": 20}),
+        (
+            "sing",
+            {"backfill_rule": "wait", "max_head_wait_s": 3},
+            {"a": 0, "b": 10, "c": 2, "d": 20},
+        ),
         # Budget = b's 4 GPUs: c (1) and d (2) both fit in it.
-        ("sing", {"backfill_rule": "budget", "backfill_budget": 1.0}, {"a": 0, "b": 25, "c": 2, "d": 5}),
+        (
+            "sing",
+            {"backfill_rule": "budget", "backfill_budget": 1.0},
+            {"a": 0, "b": 25, "c": 2, "d": 5},
+        ),
         # Budget = 2 GPUs: c uses 1, d (2 more) would exceed it.
-        ("sing", {"backfill_rule": "budget", "backfill_budget": 0.5}, {"a": 0, "b": 10, "c": 2, "d": 20}),
+        (
+            "sing",
+            {"backfill_rule": "budget", "backfill_budget": 0.5},
+            {"a": 0, "b": 10, "c": 2, "d": 20},
+        ),
         # b is reserved the node at 10 (a's end): c ends by 5 and may go, d (until 25) may not.
         ("easy", {}, {"a": 0, "b": 10, "c": 2, "d": 20}),
     ],
@@ -109,7 +125,9 @@ def test_any_placement_spreads_across_nodes(placement: str, expected: list[str])
         assert placed[0].gpus == {"node0": [1], "node1": [1]}
 
 
-@pytest.mark.parametrize(("power_of_two", "expected"), [(False, {"a": 0, "b": 0}), (True, {"a": 0, "b": 5})])
+@pytest.mark.parametrize(
+    ("power_of_two", "expected"), [(False, {"a": 0, "b": 0}), (True, {"a": 0, "b": 5})]
+)
 def test_power_of_two_rounds_requests_up(power_of_two: bool, expected: dict) -> None:
     w = workload(("a", 0, 5, 3), ("b", 0, 5, 1))
     assert starts(w, 1, 4, "fcfs", power_of_two=power_of_two) == expected
@@ -118,10 +136,17 @@ def test_power_of_two_rounds_requests_up(power_of_two: bool, expected: dict) -> 
 def test_small_job_pool() -> None:
     settings = SchedulerSettings(policy="sjf", small_pool_nodes=1, small_job_max_gpus=1)
     sched = Scheduler(Cluster(2, 2, small_pool_nodes=1), settings)
-    for job in (Job("big1", 2, duration_s=10), Job("big2", 2, duration_s=10), Job("s", 1, duration_s=10)):
+    for job in (
+        Job("big1", 2, duration_s=10),
+        Job("big2", 2, duration_s=10),
+        Job("s", 1, duration_s=10),
+    ):
         sched.submit(job, 0)
     # big2 may not use node1 (small jobs only); s goes to the small pool first.
-    assert {p.job_id: p.gpus for p in sched.schedule(0)} == {"big1": {"node0": [0, 1]}, "s": {"node1": [0]}}
+    assert {p.job_id: p.gpus for p in sched.schedule(0)} == {
+        "big1": {"node0": [0, 1]},
+        "s": {"node1": [0]},
+    }
     sched.finish("big1", 10)
     assert [p.job_id for p in sched.schedule(10)] == ["big2"]
 

@@ -97,7 +97,9 @@ def test_fcfs_starts_in_submit_order(rows) -> None:
 @settings(max_examples=80, deadline=None)
 @given(jobs, st.integers(0, 30))
 def test_sing_wait_rule_bounds_how_long_the_head_is_passed_over(rows, bound) -> None:
-    run = replay(to_workload(rows), NODES, GPUS, SchedulerSettings(policy="sing", max_head_wait_s=bound))
+    run = replay(
+        to_workload(rows), NODES, GPUS, SchedulerSettings(policy="sing", max_head_wait_s=bound)
+    )
     since = head_since(run)
     for j, started in enumerate(run.start):
         older_waiting = [h for h in range(j) if run.start[h] > started]

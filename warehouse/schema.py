@@ -159,6 +159,7 @@ TABLES: dict[str, Table] = {
                 ("jobs", pa.int64()),
                 ("window_s", pa.float64()),
                 ("gpu_assignment", pa.float64()),
+                ("busy_assignment", pa.float64()),
                 ("mean_wait_s", pa.float64()),
                 ("p50_wait_s", pa.float64()),
                 ("p95_wait_s", pa.float64()),
