@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "collector.cli",
     "traces.cli",
     "demo.cli",
+    "sing.doctor",
 )
 
 
