@@ -33,6 +33,7 @@ from warehouse.synthetic import generate, node_names
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+MAX_RESTARTS = 5
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class Demo:
         self.warehouse = self.home / "warehouse"
         self.config = self.home / "sing.toml"
         self.children: dict[str, subprocess.Popen] = {}
+        self.commands: dict[str, tuple[str, ...]] = {}
+        self.restarts: dict[str, int] = {}
         self.stop = threading.Event()
 
     def prepare(self) -> None:
@@ -115,6 +118,7 @@ records_file = "jobs.json"
         return max(500_000, (top or 0) + 1)
 
     def spawn(self, name: str, *args: str) -> None:
+        self.commands[name] = args
         log_file = open(self.home / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
         command = [sys.executable, "-m", "sing.cli", "--config", str(self.config), *args]
         self.children[name] = subprocess.Popen(
@@ -179,15 +183,25 @@ records_file = "jobs.json"
         try:
             while not self.stop.wait(1.0):
                 cluster.tick(now_utc())
-                for name, child in self.children.items():
-                    if child.poll() is not None:
-                        log.error("%s exited with %s; see %s", name, child.returncode, self.home)
-                        self.stop.set()
+                self.revive_children()
                 if deadline and time.monotonic() > deadline:
                     break
         finally:
             self.shutdown()
         return 0
+
+    def revive_children(self) -> None:
+        """Restart a child that died (a crash, an OOM kill), a few times, like a supervisor."""
+        for name, child in list(self.children.items()):
+            if child.poll() is None:
+                continue
+            count = self.restarts[name] = self.restarts.get(name, 0) + 1
+            log.error("%s exited with %s (see %s/logs)", name, child.returncode, self.home)
+            if count > MAX_RESTARTS:
+                log.error("%s keeps dying; stopping the demo", name)
+                self.stop.set()
+                return
+            self.spawn(name, *self.commands[name])
 
     def shutdown(self) -> None:
         for child in self.children.values():
