@@ -69,6 +69,7 @@ def load_description(path: str | Path | None) -> dict[str, Any]:
     if path.suffix == ".jsonl":
         return {"replay": str(path)}
     description = load_yaml(path, "fake device description")
+    check_description(description, f"fake device description {path}")
     if "replay" in description:
         description["replay"] = str(path.parent / description["replay"])
     return description
@@ -114,22 +115,47 @@ def per_index(table: Any, index: int) -> dict[str, Any]:
     return {}
 
 
+# Pattern shapes: fraction 0-1 of the way from min to max, at phase x (0-1) of the period.
+SHAPES: dict[str, Callable[[float, float, dict[str, Any]], float]] = {
+    "sine": lambda x, util, spec: 0.5 - 0.5 * math.cos(2 * math.pi * x),
+    "square": lambda x, util, spec: 1.0 if x < spec.get("duty", 0.5) else 0.0,
+    "ramp": lambda x, util, spec: x,
+    "util": lambda x, util, spec: util,
+}
+
+
 def evaluate(spec: Any, t: float, util: float, stagger: float) -> Any:
     """A value at time t: a number as is, or a pattern mapping (stagger: default phase, 0-1)."""
     if not isinstance(spec, dict) or "pattern" not in spec:
         return spec
-    low, high = spec.get("min", 0.0), spec.get("max", 1.0)
     period = spec.get("period_s", 60.0)
     x = ((t + spec.get("phase_s", stagger * period)) % period) / period
-    shape = {
-        "sine": lambda: 0.5 - 0.5 * math.cos(2 * math.pi * x),
-        "square": lambda: 1.0 if x < spec.get("duty", 0.5) else 0.0,
-        "ramp": lambda: x,
-        "util": lambda: util,
-    }.get(spec["pattern"])
-    if shape is None:
-        raise UserError(f"fake device: unknown pattern {spec['pattern']!r} (sine/square/ramp/util)")
-    return low + (high - low) * shape()
+    low, high = spec.get("min", 0.0), spec.get("max", 1.0)
+    return low + (high - low) * SHAPES[spec["pattern"]](x, util, spec)
+
+
+def check_description(description: dict[str, Any], where: str) -> None:
+    """Reject unknown patterns and error kinds when loading, not in the middle of a scrape."""
+    count = description.get("count", 8)
+    if not isinstance(count, int) or count < 0:
+        raise UserError(f"{where}: count must be a number of GPUs, not {count!r}")
+    tables = {"defaults": description.get("defaults") or {}}
+    tables |= {f"gpus.{i}": per_index(description.get("gpus"), i) for i in range(count)}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: {name} must be a mapping")
+        for key, spec in table.items():
+            if isinstance(spec, dict) and spec.get("pattern", "sine") not in SHAPES:
+                raise UserError(
+                    f"{where}: {name}.{key}: unknown pattern "
+                    f"{spec['pattern']!r} (known: {', '.join(SHAPES)})"
+                )
+        for reading, kind in (table.get("errors") or {}).items():
+            if kind not in NVML_ERROR_CODES:
+                raise UserError(
+                    f"{where}: {name}.errors.{reading}: unknown NVML error "
+                    f"{kind!r} (e.g. not_supported, gpu_is_lost, no_permission)"
+                )
 
 
 @dataclass
@@ -163,7 +189,7 @@ class FakeNvml:
         if self.frames:
             self.count = 1 + max(g["index"] for f in self.frames for g in f["gpus"])
         else:
-            self.count = int(description.get("count", 8))
+            self.count = description.get("count", 8)
         self._snapshots: dict[int, tuple[float, dict[str, Any]]] = {}
         self._integrated: dict[int, dict[str, float]] = {}
         self._gpm_samples: dict[int, tuple[ctypes.Array[ctypes.c_char], dict[int, float]]] = {}
@@ -180,9 +206,9 @@ class FakeNvml:
             state = {**self._replayed(index, now), **overrides}
         else:
             state = self._described(index, now, overrides)
-        if "processes" not in state and state.get("job_id") and state.get("has_process", True):
-            used = state.get("memory_used", 0)
-            state["processes"] = [{"pid": JOB_PID_BASE + index, "used_memory": used}]
+        if state.get("job_id") and state.get("has_process", True):  # the job's own process
+            job_process = {"pid": JOB_PID_BASE + index, "used_memory": state.get("memory_used")}
+            state["processes"] = [*(state.get("processes") or []), job_process]
         self._snapshots[index] = (now, state)
         return state
 
@@ -207,14 +233,20 @@ class FakeNvml:
         return state
 
     def _integrate(self, index: int, state: dict[str, Any], now: float) -> None:
-        """Counters grow by their rate over time, starting from the described value."""
+        """Counters grow from their described start by the rate in force since the last look.
+
+        The rate seen at the previous evaluation applies up to now, so a state file that sets
+        a rate means "from now on", as a real device's counters would behave.
+        """
         totals = self._integrated.setdefault(index, {"at": now})
         dt = now - totals["at"]
         totals["at"] = now
         for counter, rate in RATES.items():
+            grown = totals.get(counter, 0.0) + totals.get(rate, 0.0) * dt
+            totals[counter] = grown
+            totals[rate] = float(state.get(rate) or 0.0)
             if state.get(rate) is not None:
-                totals[counter] = totals.get(counter, 0.0) + float(state[rate]) * dt
-                state[counter] = state.get(counter, 0.0) + totals[counter]
+                state[counter] = (state.get(counter) or 0.0) + grown
 
     def _replayed(self, index: int, now: float) -> dict[str, Any]:
         """The recorded frame for this moment, looping; counters keep growing across loops."""
@@ -240,10 +272,8 @@ class FakeNvml:
         state = self.gpu_state(handle.index)
         errors = state.get("errors") or {}
         kind = errors.get(reading) or errors.get("all")
-        if kind:
-            if kind not in NVML_ERROR_CODES:
-                raise UserError(f"fake device: unknown NVML error {kind!r}")
-            raise pynvml.NVMLError(NVML_ERROR_CODES[kind])
+        if kind:  # a state file's unknown kind must not break serving: report it as unknown
+            raise pynvml.NVMLError(NVML_ERROR_CODES.get(kind, pynvml.NVML_ERROR_UNKNOWN))
         if handle.mig is not None:
             state = state["mig"][handle.mig]
         if state.get(key) is None:
@@ -279,12 +309,13 @@ class FakeNvml:
         return self._value(h, "minor", "minor")
 
     def nvmlDeviceGetSamples(self, h: FakeHandle, kind: int, last_seen: int):  # noqa: N802
-        percent = round(self._value(h, "util", "util") * 100)
+        """One sample per call, as a double so a replayed average survives unrounded."""
+        percent = self._value(h, "util", "util") * 100
         now_us = int(self.clock() * 1e6)
         if now_us <= last_seen:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        sample = SimpleNamespace(timeStamp=now_us, sampleValue=SimpleNamespace(uiVal=percent))
-        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, [sample]
+        sample = SimpleNamespace(timeStamp=now_us, sampleValue=SimpleNamespace(dVal=percent))
+        return pynvml.NVML_VALUE_TYPE_DOUBLE, [sample]
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
         return SimpleNamespace(gpu=round(self._value(h, "util", "util") * 100), memory=0)

@@ -85,9 +85,12 @@ class FakeWorld:
         t = now - self.nvml.start
         for name, spec in self.ports().items():
             device, _, port = name.partition("/")
-            totals = self._bytes.setdefault(name, {"tx": 0.0, "rx": 0.0})
-            for way in ("tx", "rx"):
-                totals[way] += float(evaluate(spec.get(f"{way}_bytes_per_s", 0), t, 0.0, 0.0)) * dt
+            totals = self._bytes.setdefault(
+                name, {"tx": 0.0, "rx": 0.0, "tx_rate": 0, "rx_rate": 0}
+            )
+            for way in ("tx", "rx"):  # the rate in force since the last sync applies up to now
+                totals[way] += totals[f"{way}_rate"] * dt
+                totals[f"{way}_rate"] = float(evaluate(spec.get(f"{way}_bytes_per_s", 0), t, 0, 0))
             base = self.sysfs_root / "class/infiniband" / device / "ports" / (port or "1")
             counters = {
                 "port_xmit_data": totals["tx"] // DATA_WORD_BYTES,
