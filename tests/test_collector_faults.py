@@ -1,0 +1,130 @@
+"""The collector killed with SIGKILL mid-round, and a warehouse that cannot be written for a
+while: real `sing collector` processes against real fake-exporter processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import time
+from pathlib import Path
+
+from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
+    exporter,
+    file_sd_entry,
+    free_port,
+    http_get,
+    running,
+    sing,
+    wait_for,
+    write_config,
+)
+from warehouse.store import Warehouse
+
+
+def rounds(wh: Warehouse) -> int:
+    return wh.connect().execute("SELECT count(DISTINCT ts) FROM scrapes").fetchone()[0]
+
+
+def test_sigkill_mid_round_loses_no_committed_round_and_restart_continues(
+    tmp_path: Path,
+    exporter: dict[str, int],  # noqa: F811 - the imported fixture
+) -> None:
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps([file_sd_entry(n, p) for n, p in exporter.items()]))
+    config = write_config(tmp_path / "sing.toml", targets, interval_s=0.2, metrics_port=0)
+    wh = Warehouse(tmp_path / "wh")
+    argv = sing("--config", str(config), "--warehouse", str(wh.root), "collector")
+    rng = random.Random(7)
+    for attempt in range(3):
+        before = rounds(wh)
+        with running(argv, tmp_path / f"collector-{attempt}.log") as proc:
+            wait_for(lambda b=before: rounds(wh) >= b + 3, what="rounds after a (re)start")
+            time.sleep(rng.uniform(0.0, 0.2))  # land somewhere inside a round
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    # Every round whose scrapes rows (written last) are stored has all its samples.
+    con = wh.connect()
+    incomplete = con.execute(
+        """
+        SELECT s.ts, count(DISTINCT g.node || g.gpu_index), count(DISTINCT r.node)
+        FROM (SELECT DISTINCT ts FROM scrapes) s
+        LEFT JOIN gpu_samples g USING (ts) LEFT JOIN rdma_samples r USING (ts)
+        GROUP BY s.ts HAVING count(DISTINCT g.node || g.gpu_index) <> 8
+            OR count(DISTINCT r.node) <> 2
+        """
+    ).fetchall()
+    assert incomplete == []
+    assert rounds(wh) >= 9
+    # After each restart the RDMA deltas continue from the stored counters: only the very
+    # first round of the very first run has no previous value.
+    (first_ts,) = con.execute("SELECT min(ts) FROM rdma_samples").fetchone()
+    missing = con.execute(
+        "SELECT count(*) FROM rdma_samples WHERE tx_delta_bytes IS NULL AND ts > ?", [first_ts]
+    ).fetchone()[0]
+    assert missing == 0
+
+
+def test_unwritable_warehouse_buffers_drops_oldest_and_recovers(
+    tmp_path: Path,
+    exporter: dict[str, int],  # noqa: F811 - the imported fixture
+) -> None:
+    """Permissions are taken away from the warehouse while the collector runs, then given
+    back. Root ignores permissions, so as root the collector runs without the capabilities
+    that let it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps([file_sd_entry("a", exporter["a"])]))
+    metrics_port = free_port()
+    # One node: 4 GPU + 1 RDMA + 1 scrape rows per round; the buffer holds 5 rounds' worth.
+    config = write_config(
+        tmp_path / "sing.toml",
+        targets,
+        interval_s=0.25,
+        metrics_port=metrics_port,
+        buffer_max_rows=30,
+        maintenance_interval_s=3600,
+    )
+    wh = Warehouse(tmp_path / "wh")
+    argv = sing("--config", str(config), "--warehouse", str(wh.root), "collector")
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
+    log = tmp_path / "collector.log"
+
+    def metric(name: str) -> float:
+        text = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)
+        )
+
+    def set_writable(writable: bool) -> None:
+        for path in [wh.root, *wh.root.rglob("*")]:
+            if path.is_dir():
+                mode = path.stat().st_mode
+                path.chmod(mode | stat.S_IWUSR if writable else mode & ~0o222)
+
+    with running(argv, log):
+        wait_for(lambda: rounds(wh) >= 2, what="first rounds")
+        set_writable(False)
+        frozen = rounds(wh)
+        wait_for(lambda: metric("sing_collector_rows_dropped_total") >= 12, what="drops")
+        assert rounds(wh) == frozen  # nothing could be written meanwhile
+        set_writable(True)
+        wait_for(lambda: metric("sing_collector_rows_buffered") == 0, what="buffer flushed")
+        dropped = metric("sing_collector_rows_dropped_total")
+        finished_rounds = metric("sing_collector_rounds_total")
+    text = log.read_text()
+    assert "WAREHOUSE NOT WRITABLE" in text
+    assert "buffer full (30 rows): dropped the oldest" in text
+    assert "warehouse writable again" in text
+    con = wh.connect()
+    stored = con.execute("SELECT count(*) FROM scrapes").fetchone()[0]
+    stored += con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
+    stored += con.execute("SELECT count(*) FROM rdma_samples").fetchone()[0]
+    # Every row of every round is either stored or counted as dropped; the buffered rounds
+    # written on recovery are the newest ones (the oldest went first).
+    assert stored + dropped >= 6 * (finished_rounds - 1)
+    ts = [t for (t,) in con.execute("SELECT DISTINCT ts FROM scrapes ORDER BY ts").fetchall()]
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    assert max(gaps).total_seconds() > 1.0  # the dropped rounds are a hole in the middle
