@@ -161,8 +161,9 @@ def to_jobs(frame: pl.DataFrame) -> tuple[pa.Table, datetime]:
                {_non_negative("coalesce(queue_s, (epoch_us(start) - epoch_us(submit)) / 1e6)")}
                    AS queue_s,
                {state_sql("state")} AS state,
-               partition, num_nodes, coalesce(gpus_per_node,
-                   CASE WHEN num_nodes = 1 THEN num_gpus END) AS gpus_per_node,
+               partition, num_nodes,
+               coalesce(gpus_per_node, CASE WHEN num_nodes > 0 AND num_gpus % num_nodes = 0
+                                            THEN num_gpus // num_nodes END) AS gpus_per_node,
                num_gpus, gpu_model,
                {state_sql("state")} IN ('running', 'pending') AS censored
         FROM src ORDER BY submit_s, job_id

@@ -72,9 +72,9 @@ def _load_job_log(path: Path, timezone: str) -> Source:
                     "user": job.get("user"),
                     "partition": job.get("vc"),
                     "state": job.get("status"),
-                    "timestamp": job.get("submitted_time"),
-                    "start": attempts[0].get("start_time") if attempts else None,
-                    "end": attempts[-1].get("end_time") if attempts else None,
+                    "timestamp": _time(job.get("submitted_time")),
+                    "start": _time(attempts[0].get("start_time")) if attempts else None,
+                    "end": _time(attempts[-1].get("end_time")) if attempts else None,
                     "num_gpus": sum(len(d.get("gpus") or []) for d in last) if attempts else None,
                     "num_nodes": len(last) if attempts else None,
                 }
@@ -109,3 +109,8 @@ def _load_job_log(path: Path, timezone: str) -> Source:
 
 def _id(job: object) -> str:
     return str(job.get("jobid", "?")) if isinstance(job, dict) else "?"
+
+
+def _time(value: object) -> object:
+    """The job log writes a missing time as the string "None"."""
+    return None if value in (None, "", "None") else value
