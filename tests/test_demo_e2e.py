@@ -1,0 +1,196 @@
+"""End to end: `sing demo` on real processes, for a bounded time.
+
+Checks what a person trying the project would: every simulated node is scraped, samples and
+jobs grow in the warehouse, the idle-jobs report finds the injected idle two-node job, the
+dashboard serves its pages in a real headless browser, a collector killed with SIGKILL in the
+middle of its work is restarted and loses nothing committed, and after shutdown no child
+process is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.debian import ensure_packages
+from warehouse import analytics
+from warehouse.store import Warehouse
+
+pytestmark = pytest.mark.e2e
+
+NODES = 16
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports after it (checked, not guaranteed)."""
+    for base in range(20000, 60000, 97):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block")
+
+
+def children_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def counts(wh: Warehouse) -> dict[str, int]:
+    con = wh.connect()
+    try:
+        return {
+            "gpu_samples": con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0],
+            "live_jobs": con.execute(
+                "SELECT count(*) FROM jobs WHERE TRY_CAST(job_id AS BIGINT) >= 500000"
+            ).fetchone()[0],
+            "nodes_up": con.execute(
+                "SELECT count(DISTINCT node) FROM scrapes "
+                "WHERE up AND ts > now() - INTERVAL 20 SECOND"
+            ).fetchone()[0],
+        }
+    finally:
+        con.close()
+
+
+def test_live_demo_end_to_end(tmp_path: Path) -> None:
+    ensure_packages("chromium")
+    from playwright.sync_api import sync_playwright
+
+    home = tmp_path / "demo"
+    base = free_port_block(NODES + 3)
+    dashboard_port, metrics_port = base + NODES, base + NODES + 1
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sing.cli",
+            "demo",
+            "--home",
+            str(home),
+            "--history-days",
+            "1",
+            "--interval",
+            "2",
+            "--speed",
+            "600",
+            "--port-base",
+            str(base),
+            "--dashboard-port",
+            str(dashboard_port),
+            "--collector-metrics-port",
+            str(metrics_port),
+            "--duration",
+            "240",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wh = wait_for(
+            lambda: (home / "warehouse" / "_meta.json").exists() and Warehouse(home / "warehouse"),
+            90,
+            "the demo warehouse",
+        )
+        # Every exporter is scraped, and samples and jobs grow.
+        first = wait_for(lambda: (c := counts(wh))["nodes_up"] == NODES and c, 90, "16 nodes up")
+        later = wait_for(
+            lambda: (
+                (c := counts(wh))["gpu_samples"] > first["gpu_samples"]
+                and c["live_jobs"] > first["live_jobs"]
+                and c
+            ),
+            60,
+            "samples and jobs to grow",
+        )
+        assert later["live_jobs"] > 1
+
+        # The injected idle two-node job is found by the admins' morning report.
+        def idle_found():
+            frame = analytics.idle_multinode_jobs(wh.connect(), running_only=True)
+            return frame.filter(frame["job_id"].cast(int) >= 500000).height > 0
+
+        wait_for(idle_found, 60, "the injected idle multi-node job in the idle report")
+
+        # The dashboard serves its pages in a real browser.
+        url = f"http://127.0.0.1:{dashboard_port}"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            page = browser.new_page()
+            wait_for(lambda: _loads(page, url), 90, "the dashboard")
+            page.wait_for_selector("text=Demo mode", timeout=60_000)
+            assert page.locator("text=Traceback").count() == 0
+            out = Path(os.environ.get("SING_TEST_ARTIFACTS", tmp_path))
+            out.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out / "demo-dashboard.png"), full_page=True)
+            browser.close()
+
+        # A collector killed with SIGKILL mid-work is restarted; nothing committed is lost.
+        collector = _collector_pid(demo.pid)
+        before = counts(wh)
+        os.kill(collector, signal.SIGKILL)
+        wait_for(lambda: _collector_pid(demo.pid) not in (None, collector), 30, "a new collector")
+        after = wait_for(
+            lambda: (c := counts(wh))["gpu_samples"] > before["gpu_samples"] and c,
+            60,
+            "sampling to resume after the kill",
+        )
+        assert after["live_jobs"] >= before["live_jobs"]
+
+        children = children_of(demo.pid)
+        assert len(children) == 3  # exporter, collector, dashboard
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        output, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 0, output
+    assert "stopped" in output
+    wait_for(lambda: not any(alive(c) for c in children), 10, "every child to exit")
+
+
+def _loads(page, url: str) -> bool:
+    try:
+        page.goto(url, timeout=10_000)
+        return True
+    except Exception:
+        return False
+
+
+def _collector_pid(demo_pid: int) -> int | None:
+    for pid in children_of(demo_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"collector" in cmdline:
+            return pid
+    return None
