@@ -145,6 +145,7 @@ ORDER BY job_id, node, minute_s
 
 PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,63}$")
+IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")  # looks like a version, is an address
 
 
 @dataclass
@@ -272,7 +273,10 @@ def _clean_dependencies(column: pa.ChunkedArray) -> pa.Array:
         kept = {
             name: version
             for name, version in declared.items()
-            if PACKAGE_NAME.match(name) and isinstance(version, str) and VERSION.match(version)
+            if PACKAGE_NAME.match(name)
+            and isinstance(version, str)
+            and VERSION.match(version)
+            and not IPV4.match(version)
         }
         cleaned.append(json.dumps(kept, sort_keys=True))
     return pc.take(pa.array(cleaned, pa.string()), encoded.indices)

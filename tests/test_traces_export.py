@@ -1,0 +1,306 @@
+"""Export from a real warehouse: round trip, anonymization policy, leak scan, atomic output."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sing.cli import main
+from traces.export import export_trace, export_zip
+from traces.settings import TraceSettings, load_key
+from traces.validate import validate
+from warehouse.store import Warehouse
+
+T0 = datetime(2025, 3, 3, tzinfo=UTC)
+UNTIL = T0 + timedelta(days=2)
+KEY = bytes(range(32))
+USERS = [
+    "alice.liddell",
+    "bob.marley",
+    "carol.danvers",
+    "dave.grohl",
+    "erin.brockovich",
+    "frank.ocean",
+]
+GROUPS = {
+    "alice.liddell": "lab-quantumoptics",
+    "bob.marley": "lab-quantumoptics",
+    "carol.danvers": "lab-quantumoptics",
+    "dave.grohl": "lab-quantumoptics",
+    "erin.brockovich": "lab-quantumoptics",
+    "frank.ocean": "lab-tinyrobotics",
+}
+HOSTS = ["gpu-rack7-node01", "gpu-rack7-node02", "gpu-rack7-node03"]
+SECRETS = [
+    *USERS,
+    *set(GROUPS.values()),
+    *HOSTS,
+    "train_llama_secret",
+    "/home/alice.liddell",
+    "10.42.7.13",
+    "finetune-covid-patients",
+]
+
+
+def job(
+    i: int,
+    user: str,
+    submit_h: float,
+    queue_min: float,
+    run_h: float | None,
+    nodes: list[str],
+    gpus_per_node: int,
+    state: str = "COMPLETED",
+) -> dict:
+    submit = T0 + timedelta(hours=submit_h)
+    start = submit + timedelta(minutes=queue_min)
+    return {
+        "job_id": str(1000 + i),
+        "cluster": "campus",
+        "user": user,
+        "account": GROUPS[user],
+        "partition": "gpu",
+        "name": "train_llama_secret" if i % 2 else "finetune-covid-patients",
+        "submit_time": submit,
+        "start_time": start,
+        "end_time": start + timedelta(hours=run_h) if run_h is not None else None,
+        "state": state,
+        "exit_code": 0 if state == "COMPLETED" else None,
+        "num_nodes": len(nodes),
+        "gpus_per_node": gpus_per_node,
+        "num_gpus": len(nodes) * gpus_per_node,
+        "time_limit_s": 86_400,
+        "nodes": nodes,
+        "dependencies": json.dumps(
+            {
+                "torch": "2.3.1+cu121",
+                "python": "3.11",
+                "venv": "/home/alice.liddell/env",
+                "note": "10.42.7.13",
+            }
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Warehouse:
+    """Six users in two groups; everyone runs 1x1 and 1x4 jobs, one user one 2x4 job."""
+    wh = Warehouse(tmp_path_factory.mktemp("wh"))
+    wh.append("nodes", pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100"] * 3}))
+    jobs = []
+    for u, user in enumerate(USERS):
+        jobs.append(job(2 * u, user, u, 10 + u, 1 + u / 2, [HOSTS[u % 3]], 1))
+        jobs.append(job(2 * u + 1, user, 6 + u, 5, 2, [HOSTS[(u + 1) % 3]], 4))
+    # the only 2-node job: a rare shape (one user)
+    jobs.append(job(20, "alice.liddell", 20, 30, 3, HOSTS[:2], 4))
+    # still running at the window end: cut (censored) at UNTIL
+    jobs.append(job(21, "bob.marley", 40, 60, None, [HOSTS[2]], 1, "RUNNING"))
+    # outside the window
+    jobs.append(job(22, "carol.danvers", 50, 0, 1, [HOSTS[0]], 1))
+    wh.append("jobs", pa.Table.from_pylist(jobs))
+    # job 1000 (alice, 1 GPU on node01): 4 samples a minute apart, 15 s cadence
+    ts = [T0 + timedelta(minutes=10, seconds=15 * i) for i in range(8)]
+    wh.append(
+        "gpu_samples",
+        pa.table(
+            {
+                "ts": ts,
+                "node": [HOSTS[0]] * 8,
+                "gpu_index": [0] * 8,
+                "util": [0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0, 1.0],
+                "sm_active": [0.5] * 8,
+                "mem_used_bytes": [i * 10**9 for i in range(8)],
+                "power_w": [100.0] * 4 + [300.0] * 4,
+                "energy_j": [1000.0 + 50 * i for i in range(8)],
+                "job_id": ["1000"] * 8,
+            }
+        ),
+    )
+    wh.append(
+        "rdma_samples",
+        pa.table(
+            {
+                "ts": ts,
+                "node": [HOSTS[0]] * 8,
+                "device": ["mlx5_0"] * 8,
+                "port": [1] * 8,
+                "tx_delta_bytes": [1000] * 8,
+                "rx_delta_bytes": [10] * 8,
+                "job_id": ["1000"] * 8,
+            }
+        ),
+    )
+    return wh
+
+
+def warehouse_figures(wh: Warehouse) -> dict:
+    """The warehouse's own answer, straight from its jobs view."""
+    row = (
+        wh.connect()
+        .execute(
+            """
+        WITH w AS (
+            SELECT num_gpus,
+                   epoch(least(coalesce(end_time, $until), $until) - start_time) AS run_s,
+                   epoch(start_time - submit_time) AS queue_s
+            FROM jobs WHERE submit_time >= $since AND submit_time < $until)
+        SELECT count(*), sum(run_s * num_gpus) / 3600, avg(run_s), avg(queue_s) FROM w
+        """,
+            {"since": T0, "until": UNTIL},
+        )
+        .fetchone()
+    )
+    return dict(zip(("jobs", "gpu_hours", "mean_run_s", "mean_queue_s"), row, strict=True))
+
+
+def test_round_trip_reproduces_warehouse_aggregates(warehouse, tmp_path, capsys):
+    settings = TraceSettings(rare_shapes="keep")
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=settings)
+    assert main(["trace", "validate", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    assert main(["trace", "summary", str(tmp_path / "t")]) == 0
+    summary = capsys.readouterr().out
+    agg = json.loads((tmp_path / "t" / "aggregates.json").read_text())
+    expected = warehouse_figures(warehouse)
+    assert agg["jobs"] == expected["jobs"] == 14
+    for key in ("gpu_hours", "mean_run_s", "mean_queue_s"):
+        assert agg[key] == pytest.approx(expected[key], rel=1e-12)
+        assert f"{key:<16} {agg[key]:,.1f}" in summary
+    assert agg["censored_jobs"] == 1
+
+
+def test_telemetry_summary_and_timeseries_by_hand(warehouse, tmp_path):
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, timeseries=True)
+    jobs = pq.read_table(tmp_path / "t" / "jobs.parquet").to_pylist()
+    first = next(j for j in jobs if j["submit_s"] == 0)
+    assert first["gpu_util_mean"] == pytest.approx(0.75)  # (0.2+0.4+0.6+0.8+4) / 8
+    assert first["gpu_util_max"] == 1.0
+    assert first["gpu_mem_peak_bytes"] == 7 * 10**9
+    assert first["energy_j"] == 350.0  # counter 1000 -> 1350
+    assert (first["rdma_tx_bytes"], first["node_rdma_rx_bytes"]) == (8000, [80])
+    assert first["nodes"] == ["n001"]
+    assert json.loads(first["dependencies"]) == {"python": "3.11", "torch": "2.3.1+cu121"}
+    series = pq.read_table(tmp_path / "t" / "job_timeseries.parquet").to_pylist()
+    assert [
+        (r["minute_s"], r["gpu_util"], r["gpu_power_w"], r["rdma_tx_bytes"]) for r in series
+    ] == [
+        (600, pytest.approx(0.5), 100.0, 4000),
+        (660, 1.0, 300.0, 4000),
+    ]
+    assert series[0]["job_id"] == first["job_id"]
+    assert validate(tmp_path / "t") == []
+
+
+def test_k_anonymity_merges_small_groups_and_drops_rare_shapes(warehouse, tmp_path):
+    result = export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY)  # k=5, generalize
+    jobs = pq.read_table(tmp_path / "t" / "jobs.parquet").to_pylist()
+    assert result.suppressed_jobs == 1 and len(jobs) == 13  # the lone 2-node job
+    assert {j["num_nodes"] for j in jobs} == {1}
+    groups = {j["group"] for j in jobs}
+    assert "other" in groups and len(groups) == 2  # frank's one-user lab merged
+    readme = (tmp_path / "t" / "README.md").read_text()
+    assert "1 jobs left out" in readme and "k=5" in readme
+
+
+def test_no_real_name_anywhere_in_any_file(warehouse, tmp_path):
+    out = tmp_path / "t"
+    export_trace(
+        warehouse,
+        T0,
+        UNTIL,
+        out,
+        key=KEY,
+        settings=TraceSettings(rare_shapes="keep"),
+        timeseries=True,
+    )
+    archive = zipfile.ZipFile(io.BytesIO(export_zip(warehouse, T0, UNTIL, key=KEY)))
+    blobs = {p.name: p.read_bytes() for p in out.iterdir()}
+    blobs |= {name: archive.read(name) for name in archive.namelist()}
+    for path in out.glob("*.parquet"):  # compressed pages hide text from a byte scan
+        table = pq.read_table(path)
+        values = [str(v) for column in table.columns for v in column.to_pylist()]
+        blobs[f"{path.name} values"] = "\n".join(values).encode()
+        blobs[f"{path.name} metadata"] = str(pq.read_metadata(path).metadata).encode()
+    assert len(blobs) >= 14
+    for name, data in blobs.items():
+        for secret in SECRETS:
+            for variant in {secret, secret.lower(), secret.upper()}:
+                assert variant.encode() not in data, f"{variant!r} leaked into {name}"
+    assert b"1000" not in blobs["jobs.parquet values"]  # real job ids are pseudonymized too
+
+
+def test_pseudonyms_depend_on_the_key(warehouse, tmp_path):
+    key_file = tmp_path / "release.key"
+    key = load_key(key_file)  # created, 0600
+    assert key_file.stat().st_mode & 0o777 == 0o600 and load_key(key_file) == key
+    users = {}
+    for name, k in (("a", key), ("b", key), ("c", load_key(None))):
+        export_trace(warehouse, T0, UNTIL, tmp_path / name, key=k)
+        users[name] = pq.read_table(tmp_path / name / "jobs.parquet")["user"].to_pylist()
+    assert users["a"] == users["b"]  # same key: linkable on purpose
+    assert not set(users["a"]) & set(users["c"])  # fresh key: unlinkable
+
+
+def test_csv_copy_passes_frictionless(warehouse, tmp_path):
+    frictionless = pytest.importorskip("frictionless")
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, timeseries=True)
+    package = frictionless.Package(str(tmp_path / "t" / "datapackage.json"))
+    for name in ("jobs-csv", "job_timeseries-csv"):
+        report = package.get_resource(name).validate()
+        assert report.valid, report.flatten(["rowNumber", "fieldName", "type", "note"])
+
+
+def test_failed_export_leaves_nothing(warehouse, tmp_path, monkeypatch, capsys):
+    import traces.package
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(traces.package, "_datasheet", boom)
+    with pytest.raises(OSError):
+        export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_export(warehouse, tmp_path, capsys):
+    out, key_file = tmp_path / "t", tmp_path / "k"
+    code = main(
+        [
+            "--warehouse",
+            str(warehouse.root),
+            "trace",
+            "export",
+            "--since",
+            "2025-03-03",
+            "--until",
+            "2025-03-05",
+            "--out",
+            str(out),
+            "--key-file",
+            str(key_file),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert "13 jobs" in capsys.readouterr().out and key_file.exists()
+    code = main(
+        [
+            "--warehouse",
+            str(warehouse.root),
+            "trace",
+            "export",
+            "--since",
+            "2025-03-05",
+            "--until",
+            "2025-03-03",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
+    assert code == 1 and "must be after" in capsys.readouterr().err
