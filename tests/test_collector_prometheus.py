@@ -1,0 +1,105 @@
+"""Pull mode against a real Prometheus (Debian package) on loopback, scraping real
+`sing exporter --fake` processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.debian import ensure_packages
+from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
+    REPO,
+    exporter,
+    free_port,
+    http_get,
+    running,
+    sing,
+    wait_for,
+)
+from warehouse.store import Warehouse
+
+pytestmark = pytest.mark.prometheus
+
+
+def prometheus_has_data(url: str) -> bool:
+    targets = json.loads(http_get(f"{url}/api/v1/targets"))["data"]["activeTargets"]
+    if not targets or any(t["health"] != "up" for t in targets):
+        return False
+    result = json.loads(http_get(f"{url}/api/v1/query?query=sing_rdma_transmit_bytes_total"))
+    return len(result["data"]["result"]) == len(targets)
+
+
+def test_pull_mode_reads_the_same_rows_from_prometheus(
+    tmp_path: Path,
+    exporter: dict[str, int],  # noqa: F811 - the imported fixture
+) -> None:
+    ensure_packages("prometheus")
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "sing",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{p}"], "labels": {"node": node}}
+                    for node, p in exporter.items()
+                ],
+            }
+        ],
+    }
+    (tmp_path / "prom.yml").write_text(json.dumps(config))  # JSON is YAML
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        shutil.which("prometheus") or "/usr/bin/prometheus",
+        f"--config.file={tmp_path / 'prom.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with running(argv, tmp_path / "prometheus.log"):
+        wait_for(lambda: "Ready" in http_get(f"{url}/-/ready"), what="prometheus ready")
+        wait_for(lambda: prometheus_has_data(url), timeout_s=30, what="prometheus scraping")
+        (tmp_path / "sing.toml").write_text(
+            f'[collector]\nprometheus_url = "{url}"\ninterval_s = 1.0\npull_lookback_s = 8.0\n'
+        )
+        cmd = sing(
+            "--config", str(tmp_path / "sing.toml"), "--warehouse", str(tmp_path / "wh"),
+            "collector", "--once",
+        )  # fmt: skip
+        time.sleep(4)  # several one-second steps of history
+        first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert first.returncode == 0, first.stderr
+        time.sleep(2)
+        second = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert second.returncode == 0, second.stderr
+
+    con = Warehouse(tmp_path / "wh").connect()
+    # Each step has both nodes' 4 GPUs, once: the second pull went on from the first.
+    per_step = con.execute(
+        "SELECT ts, count(*), count(DISTINCT node || gpu_index) FROM gpu_samples GROUP BY ts"
+    ).fetchall()
+    assert len(per_step) >= 4
+    assert {(n, d) for _, n, d in per_step} == {(8, 8)}
+    assert all(ts.microsecond == 0 for ts, _, _ in per_step)  # steps on whole seconds
+    gpus = con.execute(
+        "SELECT DISTINCT node, gpu_index, round(util, 3), job_id, mem_used_bytes, power_w "
+        "FROM gpu_samples ORDER BY ALL"
+    ).fetchall()
+    assert gpus == [
+        (node, i, util, job, 1_000_000_000, 300.0)
+        for node in "ab"
+        for i, util, job in [(0, 0.25, "101"), (1, 0.5, "101"), (2, 0.5, "102"), (3, 0.5, None)]
+    ]
+    scrapes = con.execute("SELECT DISTINCT node, target, up FROM scrapes ORDER BY node").fetchall()
+    assert scrapes == [(n, f"127.0.0.1:{p}", True) for n, p in sorted(exporter.items())]
+    # RDMA deltas from Prometheus' counter values: 1 GB/s out, job of most GPUs.
+    tx, jobs = con.execute(
+        "SELECT sum(tx_delta_bytes) / (count(tx_delta_bytes) * 1.0), list(DISTINCT job_id) "
+        "FROM rdma_samples WHERE node = 'a'"
+    ).fetchone()
+    assert tx == pytest.approx(1e9, rel=0.3)
+    assert jobs == ["101"]
