@@ -6,7 +6,6 @@ import io
 import json
 import zipfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
