@@ -13,6 +13,7 @@ leave behind series with stale labels on the per-GPU time series.
 
 from __future__ import annotations
 
+import os
 import pwd
 import re
 from dataclasses import dataclass
@@ -78,18 +79,21 @@ class JobSource:
         except KeyError:
             return match.group(1)
 
-    def allocated_jobs(self, gpu: int) -> set[str] | None:
-        """Job ids the prolog recorded for this GPU; None when no mapping directory exists."""
-        if not self.mapping_dir.is_dir():
-            return None
+    def allocations(self) -> dict[str, set[str]] | None:
+        """GPU index -> job ids the prolog recorded; None when no mapping directory exists."""
         try:
-            text = (self.mapping_dir / str(gpu)).read_text()
-        except FileNotFoundError:
-            return set()
-        except OSError:
-            self.errors.count("jobs", "read_error")
-            return set()
-        return {line.split()[0] for line in text.splitlines() if line.strip()}
+            names = os.listdir(self.mapping_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        allocated = {}
+        for name in names:
+            try:
+                text = (self.mapping_dir / name).read_text()
+            except OSError:
+                self.errors.count("jobs", "read_error")
+                continue
+            allocated[name] = {line.split()[0] for line in text.splitlines() if line.strip()}
+        return allocated
 
     def metrics(self, gpus: list[GpuReading]) -> list[Metric]:
         labels = ["gpu", "uuid"]
@@ -123,13 +127,14 @@ class JobSource:
                 users.setdefault(found.job_id, found.user)
             if "processes" in gpu.values:
                 unattributed.add_metric([str(gpu.index), gpu.uuid], orphans)
+        allocations = self.allocations()
         for gpu in gpus:
             key = [str(gpu.index), gpu.uuid]
             jobs = running[gpu.index]
-            allocated = self.allocated_jobs(gpu.index)
-            for job_id in sorted(jobs.keys() | (allocated or set())):
+            allocated = (allocations or {}).get(str(gpu.index), set())
+            for job_id in sorted(jobs.keys() | allocated):
                 info.add_metric([*key, job_id, users.get(job_id, "")], 1)
-            if allocated is None or "processes" not in gpu.values:
+            if allocations is None or "processes" not in gpu.values:
                 continue  # nothing to cross-check against
             for job_id in sorted(jobs.keys() - allocated):
                 mismatch.add_metric([*key, job_id, "process_without_allocation"], 1)

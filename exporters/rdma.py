@@ -7,6 +7,7 @@ Reads /sys/class/infiniband/<device>/ports/<port>/: `counters/`, `counters_ext/`
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -62,14 +63,17 @@ _STATE = re.compile(r"^\s*(\d+)\s*:")
 
 
 class RdmaSource:
+    """Reads every port's files; each directory is listed once, so absent counters cost nothing."""
+
     def __init__(self, sysfs_root: str | Path, errors: ErrorCounter) -> None:
-        self.root = Path(sysfs_root) / "class" / "infiniband"
+        self.root = os.path.join(sysfs_root, "class", "infiniband")
         self.errors = errors
 
-    def _read(self, path: Path) -> str | None:
+    def _read(self, path: str) -> str | None:
         """A sysfs file's text, or None when absent or "N/A"; other failures are counted."""
         try:
-            text = path.read_text().strip()
+            with open(path) as file:
+                text = file.read().strip()
         except FileNotFoundError:
             return None
         except OSError:
@@ -77,7 +81,7 @@ class RdmaSource:
             return None
         return None if text in ("", "N/A") else text
 
-    def _number(self, path: Path) -> int | None:
+    def _number(self, path: str) -> int | None:
         text = self._read(path)
         if text is None:
             return None
@@ -87,7 +91,7 @@ class RdmaSource:
             self.errors.count("rdma", "parse_error")
             return None
 
-    def _parsed(self, path: Path, pattern: re.Pattern[str]) -> float | None:
+    def _parsed(self, path: str, pattern: re.Pattern[str]) -> float | None:
         text = self._read(path)
         if text is None:
             return None
@@ -97,14 +101,21 @@ class RdmaSource:
             return None
         return float(match.group(1))
 
-    def ports(self) -> list[tuple[str, str, Path]]:
-        if not self.root.is_dir():
-            return []
+    def ports(self) -> list[tuple[str, str, str]]:
+        """(device, port, path) for every port, in a stable order."""
         return [
-            (device.name, port.name, port)
-            for device in sorted(self.root.iterdir())
-            for port in sorted((device / "ports").glob("*"), key=lambda p: p.name)
+            (device, port, os.path.join(self.root, device, "ports", port))
+            for device in _listdir(self.root)
+            for port in _listdir(os.path.join(self.root, device, "ports"))
         ]
+
+    def _counters(self, path: str) -> dict[str, int]:
+        """Every readable number in a counters directory, by file name."""
+        values = {}
+        for name in _listdir(path):
+            if name not in NOT_COUNTERS and (value := self._number(f"{path}/{name}")) is not None:
+                values[name] = value
+        return values
 
     def metrics(self) -> list[Metric]:
         labels = ["device", "port"]
@@ -135,25 +146,30 @@ class RdmaSource:
         )
         for device, port, path in self.ports():
             key = [device, port]
+            counters = self._counters(f"{path}/counters")
+            extended = self._counters(f"{path}/counters_ext")
             for family, (name, ext_name, _, _, scale) in zip(traffic, TRAFFIC, strict=True):
-                value = self._number(path / "counters_ext" / ext_name)
-                if value is None:
-                    value = self._number(path / "counters" / name)
+                value = extended.get(ext_name, counters.get(name))
                 if value is not None:
                     family.add_metric(key, value * scale)
             for name in ERROR_COUNTERS:
-                if (value := self._number(path / "counters" / name)) is not None:
-                    port_errors.add_metric([*key, name], value)
-            hw_dir = path / "hw_counters"
-            for file in sorted(hw_dir.iterdir()) if hw_dir.is_dir() else []:
-                if file.name not in NOT_COUNTERS and (value := self._number(file)) is not None:
-                    hw.add_metric([*key, file.name], value)
-            if (gbit := self._parsed(path / "rate", _RATE)) is not None:
+                if name in counters:
+                    port_errors.add_metric([*key, name], counters[name])
+            for name, value in self._counters(f"{path}/hw_counters").items():
+                hw.add_metric([*key, name], value)
+            if (gbit := self._parsed(f"{path}/rate", _RATE)) is not None:
                 rate.add_metric(key, gbit * 1e9 / 8)
-            if (code := self._parsed(path / "state", _STATE)) is not None:
+            if (code := self._parsed(f"{path}/state", _STATE)) is not None:
                 state.add_metric(key, code)
-            if (code := self._parsed(path / "phys_state", _STATE)) is not None:
+            if (code := self._parsed(f"{path}/phys_state", _STATE)) is not None:
                 phys.add_metric(key, code)
-            if (layer := self._read(path / "link_layer")) is not None:
+            if (layer := self._read(f"{path}/link_layer")) is not None:
                 info.add_metric([*key, layer], 1)
         return [*traffic, rate, state, phys, info, port_errors, hw]
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
