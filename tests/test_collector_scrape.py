@@ -295,3 +295,22 @@ def test_daemon_follows_file_sd_serves_metrics_and_computes_rates(
         .fetchone()
     )
     assert negative == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not: [valid", "cannot read it"),
+        ('{"targets": ["h:1"]}', "expected a list of target groups"),
+        ('[{"labels": {}}]', "group 1 needs a 'targets' list"),
+    ],
+)
+def test_bad_file_sd_is_a_clear_error(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "targets.json").write_text(content)
+    result = subprocess.run(
+        sing("--warehouse", str(tmp_path / "wh"), "collector", "--once", "--file-sd",
+             str(tmp_path / "targets.json")),
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"sing: file_sd file {tmp_path / 'targets.json'}: {message}" in result.stderr

@@ -1,0 +1,131 @@
+"""Job sync on the collector's schedule: the pluggable source, idempotent upserts, and stamping
+samples from synced allocations when the exporter (here dcgm-exporter without `hpc_job`) does
+not say which job holds a GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+
+import pyarrow as pa
+import pytest
+
+from collector.jobsync import DEFAULT, executor_sync, load_job_sync
+from collector.service import Collector
+from collector.settings import CollectorSettings
+from collector.targets import target_from
+from sing.config import Config
+from warehouse.store import Warehouse
+
+# What the fake executor reports; the tests change it between syncs.
+JOB_STATE = {"state": "RUNNING", "end_time": None}
+START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+
+
+def fake_executor_sync(config: Config, warehouse: Warehouse) -> None:
+    """A job source as a site might plug in: job 5 holds GPUs 0 and 1 of node n1."""
+    end = JOB_STATE["end_time"]
+    warehouse.append(
+        "jobs",
+        pa.Table.from_pylist(
+            [
+                {
+                    "job_id": "5",
+                    "cluster": config.site.cluster,
+                    "user": "ann",
+                    "state": JOB_STATE["state"],
+                    "start_time": START,
+                    "end_time": end,
+                    "num_gpus": 2,
+                }
+            ]
+        ),
+    )
+    rows = [
+        {"job_id": "5", "cluster": config.site.cluster, "node": "n1", "gpu_index": i}
+        | {"start_time": START, "end_time": end}
+        for i in (0, 1)
+    ]
+    warehouse.append("job_gpus", pa.Table.from_pylist(rows))
+
+
+DCGM_PAYLOAD = (
+    "".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",Hostname="n1"}} {10 * i}\n'
+        for i in range(4)
+    )
+    + 'node_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"} 100\n'
+)
+
+
+@pytest.fixture
+def dcgm_target() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = DCGM_PAYLOAD.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def jobs_of_gpus(wh: Warehouse, ts: datetime) -> dict[int, str | None]:
+    rows = wh.connect().execute(
+        "SELECT gpu_index, job_id FROM gpu_samples WHERE ts = ? ORDER BY 1", [ts]
+    )
+    return dict(rows.fetchall())
+
+
+def test_synced_allocations_stamp_samples_and_resync_adds_no_duplicates(
+    tmp_path: Path, dcgm_target: str
+) -> None:
+    config = Config({"collector": {"job_sync": f"{__name__}:fake_executor_sync"}})
+    settings = config.section("collector", CollectorSettings)
+    wh = Warehouse(tmp_path / "wh")
+    target = target_from(dcgm_target, {"node": "n1"})
+    sync = load_job_sync(settings.job_sync, config)
+    assert sync is fake_executor_sync
+    collector = Collector(config, settings, wh, lambda: [target], job_sync=sync)
+    JOB_STATE.update(state="RUNNING", end_time=None)
+    collector.sync_jobs()
+    collector.sync_jobs()  # a re-run changes nothing
+    collector.scrape_round()
+    con = wh.connect()
+    (ts,) = con.execute("SELECT max(ts) FROM gpu_samples").fetchone()
+    assert jobs_of_gpus(wh, ts) == {0: "5", 1: "5", 2: None, 3: None}
+    assert con.execute("SELECT job_id FROM rdma_samples").fetchall() == [("5",)]
+    assert con.execute("SELECT util FROM gpu_samples WHERE gpu_index = 3").fetchone()[0] == (
+        pytest.approx(0.30)
+    )
+
+    # The job ends: one row with the final state, and new samples are no longer stamped.
+    JOB_STATE.update(state="COMPLETED", end_time=datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
+    collector.sync_jobs()
+    collector.scrape_round()
+    collector.close()
+    con = wh.connect()
+    assert con.execute("SELECT job_id, state FROM jobs").fetchall() == [("5", "COMPLETED")]
+    assert con.execute("SELECT count(*) FROM job_gpus").fetchone()[0] == 2
+    (ts,) = con.execute("SELECT max(ts) FROM gpu_samples").fetchone()
+    assert jobs_of_gpus(wh, ts) == {0: None, 1: None, 2: None, 3: None}
+
+
+def test_default_job_sync_needs_an_executor_section(tmp_path: Path) -> None:
+    assert load_job_sync(DEFAULT, Config({})) is None
+    config = Config({"executor": {"kind": "local", "local_state_dir": str(tmp_path / "jobs")}})
+    assert load_job_sync(DEFAULT, config) is executor_sync
+    # The local executor with no jobs: a sync that writes nothing and raises nothing.
+    executor_sync(config, Warehouse(tmp_path / "wh"))
+    assert load_job_sync("", config) is None
+    assert load_job_sync("no_such_module_xyz:f", config) is None
