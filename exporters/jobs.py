@@ -87,6 +87,8 @@ class JobSource:
             return None
         allocated = {}
         for name in names:
+            if name.startswith("."):
+                continue  # the scripts' lock and half-written files
             try:
                 text = (self.mapping_dir / name).read_text()
             except OSError:
