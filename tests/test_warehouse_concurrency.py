@@ -1,0 +1,256 @@
+"""Concurrency and crash safety with real processes: writers, readers and compactors run as
+separate Python processes on one warehouse, and writers/compactors are killed with SIGKILL.
+
+Every batch is B rows sharing one timestamp and one batch id (stored in gpu_uuid), so a reader
+can check from counts alone that it sees whole batches, each once: rows == B * distinct batches.
+
+This file doubles as the worker program: `python -m tests.test_warehouse_concurrency ROLE ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from warehouse import files, store
+from warehouse.store import Warehouse
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = datetime(2026, 1, 1, tzinfo=UTC)  # long closed days: the compactor merges them at once
+STEP = timedelta(minutes=15)  # 96 batches per UTC day
+COUNT_SQL = "SELECT count(*), count(DISTINCT gpu_uuid) FROM gpu_samples"
+ROLLUP_SQL = "SELECT coalesce(sum(samples), 0) FROM job_gpu_usage"
+
+
+def batch(index: int, rows: int) -> pa.Table:
+    """Batch `index`: `rows` GPUs of one scrape, all stamped with the batch id."""
+    return pa.table(
+        {
+            "ts": pa.array([BASE + index * STEP] * rows, pa.timestamp("us", tz="UTC")),
+            "node": [f"n{r // 8:03d}" for r in range(rows)],
+            "gpu_index": pa.array([r % 8 for r in range(rows)], pa.int16()),
+            "gpu_uuid": [f"b{index}"] * rows,
+            "util": pa.array([(index + r) % 100 / 100 for r in range(rows)], pa.float32()),
+            "job_id": [f"j{index % 7}"] * rows,
+        }
+    )
+
+
+# ---- the worker processes --------------------------------------------------------------------
+
+
+def run_writer(root: str, first: int, rows: int, seconds: float) -> None:
+    """Append batches first, first+1, ...; print each index once append() has returned."""
+    wh = Warehouse(root)
+    print("ready", flush=True)
+    deadline = time.monotonic() + seconds
+    index = first
+    while time.monotonic() < deadline:
+        wh.append("gpu_samples", batch(index, rows))
+        print(index, flush=True)
+        index += 1
+
+
+def run_reader(root: str, rows: int, stop_file: str) -> None:
+    """Connect afresh and count, again and again; one final count after the stop file appears."""
+    last = (0, 0)
+    while True:
+        stopping = os.path.exists(stop_file)
+        con = Warehouse(root).connect()
+        total, batches = con.execute(COUNT_SQL).fetchone()
+        rolled = con.execute(ROLLUP_SQL).fetchone()[0]
+        con.close()
+        assert total == rows * batches, f"partial or doubled batch: {total} rows, {batches} ids"
+        assert rolled % rows == 0, f"rollup counts {rolled} samples, not whole batches"
+        assert total >= last[0] and rolled >= last[1], f"went back: {last} -> {total, rolled}"
+        last = (total, rolled)
+        print(total, rolled, flush=True)
+        if stopping:
+            return
+
+
+def run_compactor(root: str, stop_file: str, grace_s: float) -> None:
+    """compact() in a loop (short grace so superseded files really get deleted meanwhile)."""
+    store.GRACE_S = grace_s
+    wh = Warehouse(root)
+    print("ready", flush=True)
+    while not os.path.exists(stop_file):
+        result = wh.compact(settle_s=0.5)
+        print(result.merged_files, result.rollup_days, result.deleted_files, flush=True)
+        time.sleep(0.05)
+
+
+def run_compact_once(root: str) -> None:
+    wh = Warehouse(root)
+    print("ready", flush=True)
+    wh.compact(settle_s=0)
+    print("done", flush=True)
+
+
+# ---- helpers for the tests -------------------------------------------------------------------
+
+
+def spawn(role: str, *args: object) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.test_warehouse_concurrency", role, *map(str, args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> list[str]:
+    """Wait for a worker that should exit cleanly; return its output lines."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"worker failed:\n{err}"
+    return out.split()
+
+
+def kill_after(proc: subprocess.Popen, delay: float, after_lines: int = 0) -> list[str]:
+    """SIGKILL a worker `delay` s after it said ready and printed `after_lines` more lines;
+    return what it printed (after "ready") before dying."""
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    seen = [proc.stdout.readline().strip() for _ in range(after_lines)]
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    return seen + out.split()
+
+
+def counted(wh: Warehouse) -> tuple[int, int, set[int]]:
+    """(rows, distinct batches, batch ids) as a fresh reader sees them."""
+    con = wh.connect()
+    total, batches = con.execute(COUNT_SQL).fetchone()
+    ids = {
+        int(u[1:]) for (u,) in con.execute("SELECT DISTINCT gpu_uuid FROM gpu_samples").fetchall()
+    }
+    return total, batches, ids
+
+
+def assert_exact(wh: Warehouse, rows: int, committed: set[int]) -> set[int]:
+    """Every committed batch present, whole and once; returns the ids present."""
+    total, batches, ids = counted(wh)
+    assert total == rows * batches, f"partial or doubled batch: {total} rows in {batches} batches"
+    assert committed <= ids, f"committed batches lost: {sorted(committed - ids)[:10]}"
+    per_batch = wh.connect().execute(
+        "SELECT gpu_uuid, count(*) FROM gpu_samples GROUP BY ALL HAVING count(*) <> ?", [rows]
+    )
+    assert per_batch.fetchall() == []
+    return ids
+
+
+def readers_report(lines: list[str]) -> list[tuple[int, int]]:
+    pairs = [(int(a), int(b)) for a, b in zip(lines[::2], lines[1::2], strict=True)]
+    assert len(pairs) >= 3, "reader barely ran"
+    return pairs
+
+
+# ---- the tests -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_readers_see_whole_batches_while_a_writer_and_a_compactor_run(tmp_path: Path) -> None:
+    """(a) + (c): 1 writer, 2 readers, 1 compactor looping compact(); counts exact throughout."""
+    root, stop, rows = tmp_path / "wh", tmp_path / "stop", 128
+    Warehouse(root)
+    writer = spawn("writer", root, 0, rows, 8.0)
+    readers = [spawn("reader", root, rows, stop) for _ in range(2)]
+    compactor = spawn("compactor", root, stop, 2.0)
+    committed = {int(i) for i in finish(writer)[1:]}
+    stop.touch()
+    lines = finish(compactor)[1:]
+    compactions = [tuple(map(int, lines[i : i + 3])) for i in range(0, len(lines), 3)]
+    final = rows * len(committed)
+    for reader in readers:
+        seen = readers_report(finish(reader))
+        assert seen[-1] == (final, final), "last count after the writer stopped is all of it"
+        assert len({total for total, _ in seen}) > 2, "reader should have watched rows arrive"
+    assert committed == set(range(len(committed))) and len(committed) > 96  # spans days
+    assert sum(c[0] for c in compactions) > 0 and sum(c[1] for c in compactions) > 0
+    assert sum(c[2] for c in compactions) > 0, "superseded files deleted while readers ran"
+    assert assert_exact(Warehouse(root), rows, committed) == committed
+
+
+@pytest.mark.timeout(120)
+def test_writer_killed_mid_stream_loses_at_most_its_in_flight_batch(tmp_path: Path) -> None:
+    """(b): SIGKILL a writer at random moments, 8 times; committed batches all survive."""
+    root, rows = tmp_path / "wh", 2000
+    wh = Warehouse(root)
+    rng = random.Random(7)
+    committed: set[int] = set()
+    for run in range(8):
+        first = run * 1_000_000  # fresh ids: an unreported in-flight batch never collides
+        writer = spawn("writer", root, first, rows, 60.0)
+        printed = kill_after(writer, rng.uniform(0.0, 0.3), after_lines=1)  # mid-stream
+        committed |= {int(i) for i in printed}
+        present = assert_exact(wh, rows, committed)
+        unreported = {i for i in present - committed if i >= first}
+        assert len(unreported) <= 1, "only the in-flight batch may land unreported"
+    assert len(committed) > 8
+    # The warehouse still takes appends and compacts with the debris of the kills around.
+    wh.append("gpu_samples", batch(99_999_999, rows))
+    wh.compact(settle_s=0)
+    assert assert_exact(wh, rows, committed | {99_999_999})
+
+
+@pytest.mark.timeout(120)
+def test_compactor_killed_mid_merge_leaves_exact_data(tmp_path: Path, monkeypatch) -> None:
+    """(d): SIGKILL compact() at random moments during merges; data stays exact, then heals."""
+    root, rows = tmp_path / "wh", 4000
+    wh = Warehouse(root)
+    rng = random.Random(11)
+    for round_ in range(5):
+        for index in range(40 * round_, 40 * (round_ + 1)):  # 40 more small files to merge
+            wh.append("gpu_samples", batch(index, rows))
+        kill_after(spawn("compact_once", root), rng.uniform(0.0, 0.8))
+        assert assert_exact(wh, rows, set()) == set(range(40 * (round_ + 1)))
+    monkeypatch.setattr(store, "GRACE_S", 0.0)  # and old temporaries count as stale at once
+    wh.compact(settle_s=0)
+    assert assert_exact(wh, rows, set()) == set(range(200))
+    assert not list(root.rglob(f"{files.TMP_PREFIX}*")), "killed merges' temporaries cleaned"
+    for day_dir in wh.day_dirs(wh.table_dir("gpu_samples")).values():
+        assert len(files.data_files(day_dir)) == 1
+    rolled = wh.connect().execute(ROLLUP_SQL).fetchone()[0]
+    assert rolled == 200 * rows
+
+
+def test_a_batch_spanning_midnight_is_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
+    """append() promises one atomic batch; a crash between its day files must not leave half."""
+    wh = Warehouse(tmp_path / "wh")
+    data = pa.concat_tables([batch(95, 8), batch(96, 8)])  # 23:45 and 00:00 the next day
+    real_write = files.write_atomic
+    calls = []
+
+    def crash_on_second_day(directory: Path, table: pa.Table) -> files.DataFile:
+        calls.append(directory)
+        if len(calls) == 2:
+            raise OSError("killed")  # what a SIGKILL between the two renames leaves behind
+        return real_write(directory, table)
+
+    monkeypatch.setattr(files, "write_atomic", crash_on_second_day)
+    with pytest.raises(OSError):
+        wh.append("gpu_samples", data)
+    assert counted(wh)[0] in (0, 16), "half of a batch is visible"
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    if role == "writer":
+        run_writer(args[0], int(args[1]), int(args[2]), float(args[3]))
+    elif role == "reader":
+        run_reader(args[0], int(args[1]), args[2])
+    elif role == "compactor":
+        run_compactor(args[0], args[1], float(args[2]))
+    elif role == "compact_once":
+        run_compact_once(args[0])
