@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "executors.cli",
     "exporters.cli",
     "collector.cli",
+    "dashboards.cli",
     "traces.cli",
     "demo.cli",
     "sing.doctor",

@@ -1,0 +1,122 @@
+"""Who is looking, and what they may see.
+
+The app resolves the viewer once per script run, before any page renders (`dashboards.app`),
+and only registers the pages the viewer's role may open, so a page's URL is no way around the
+role. The one rule finer than a page is job ownership: a user sees the details of their own jobs
+only (others appear in aggregates, under neutral labels), `may_see_job` says so, and the data
+module takes the owner as a filter as well.
+
+Roles: admin (everything, real names), user (own jobs in detail), researcher (anonymized data:
+aggregates, the anonymized trace export, the simulator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dashboards.settings import DashboardSettings, RoleSettings
+
+ADMIN, USER, RESEARCHER = "admin", "user", "researcher"
+ROLES = (ADMIN, USER, RESEARCHER)
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A signed-in person (or a demo visitor) with a role."""
+
+    name: str  # cluster user name
+    role: str
+    demo: bool = False
+
+    def may_see_job(self, owner: str | None) -> bool:
+        return self.role == ADMIN or (
+            self.role == USER and owner is not None and owner == self.name
+        )
+
+    def owner_filter(self) -> str | None:
+        """The `user` a job query must be restricted to (None: all jobs)."""
+        return None if self.role == ADMIN else self.name
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """One page of the app: its file under dashboards/, title, URL and the roles that see it."""
+
+    file: str
+    title: str
+    url_path: str
+    roles: tuple[str, ...]
+    icon: str
+
+
+PAGES = (
+    PageSpec("pages/cluster.py", "Cluster", "cluster", ROLES, ":material/dns:"),
+    PageSpec("pages/idle_jobs.py", "Idle jobs", "idle", (ADMIN,), ":material/hourglass_empty:"),
+    PageSpec("pages/by_node_count.py", "By node count", "nodes", ROLES, ":material/bar_chart:"),
+    PageSpec("pages/fairness.py", "Fairness", "fairness", ROLES, ":material/balance:"),
+    PageSpec("pages/my_jobs.py", "My jobs", "my-jobs", (ADMIN, USER), ":material/person:"),
+    PageSpec("pages/job.py", "Job", "job", (ADMIN, USER), ":material/monitoring:"),
+    PageSpec("pages/traces.py", "Traces", "traces", (ADMIN, RESEARCHER), ":material/download:"),
+    PageSpec("pages/simulator.py", "Simulator", "simulator", ROLES, ":material/science:"),
+)
+
+
+def pages_for(role: str) -> list[PageSpec]:
+    return [p for p in PAGES if role in p.roles]
+
+
+def role_of(name: str, roles: RoleSettings) -> str:
+    if name in roles.admins:
+        return ADMIN
+    if name in roles.researchers:
+        return RESEARCHER
+    return USER
+
+
+def identify(
+    settings: DashboardSettings,
+    roles: RoleSettings,
+    user_info: Mapping[str, Any],
+    header_value: str | None,
+) -> Viewer | None:
+    """The signed-in viewer from the configured source, or None when nobody is signed in.
+
+    `user_info` is what `st.user` holds (OIDC claims); `header_value` the trusted proxy's header.
+    Only the configured source counts: a header is ignored under OIDC and claims under "header".
+    """
+    if settings.auth == "header":
+        name = (header_value or "").strip()
+    elif user_info.get("is_logged_in"):
+        name = str(user_info.get(settings.user_claim) or "").split("@")[0].strip()
+    else:
+        name = ""
+    return Viewer(name, role_of(name, roles)) if name else None
+
+
+def holder_label(owner: str | None, viewer: Viewer) -> str:
+    """Who holds a GPU, as `viewer` may see it: admins see the user, users see "you" or
+    "other job", researchers only "in use"."""
+    if owner is None:
+        return ""
+    if viewer.role == ADMIN:
+        return owner
+    if viewer.role == USER:
+        return "you" if owner == viewer.name else "other job"
+    return "in use"
+
+
+def user_labels(users: list[str], viewer: Viewer) -> list[str]:
+    """Names as `viewer` may see them: admins see real names; everybody else sees their own
+    name and "user 1", "user 2", ... (in the order given) for the others."""
+    if viewer.role == ADMIN:
+        return list(users)
+    labels, n = [], 0
+    for name in users:
+        if viewer.role == USER and name == viewer.name:
+            labels.append(f"{name} (you)")
+        else:
+            n += 1
+            labels.append(f"user {n}")
+    return labels

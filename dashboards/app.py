@@ -1,0 +1,79 @@
+"""The dashboard's entry script (`sing dashboard` runs it with `streamlit run`).
+
+Every script run starts here: identify the viewer, refuse anybody unknown, then register only the
+pages the viewer's role may open and run the chosen one. Pages never check identity themselves;
+they read the `Visit` this script stored.
+
+Environment (set by `sing dashboard`): SING_CONFIG, SING_WAREHOUSE, SING_DASHBOARD_DEMO=1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from dashboards import access, data
+from dashboards.settings import DashboardSettings, RoleSettings
+from dashboards.widgets import VISIT_KEY, Visit
+from sing.config import Config
+
+HERE = Path(__file__).parent
+
+st.set_page_config(page_title="sing", page_icon=":material/memory:", layout="wide")
+
+config = Config.load()
+settings = config.section("dashboard", DashboardSettings)
+roles = config.section("roles", RoleSettings)
+warehouse = str(config.warehouse_dir())
+demo = settings.demo or os.environ.get("SING_DASHBOARD_DEMO") == "1"
+
+viewer = access.identify(
+    settings, roles, st.user.to_dict(), st.context.headers.get(settings.user_header)
+)
+st.session_state.pop(VISIT_KEY, None)
+
+if viewer is None and demo:
+    with st.sidebar:
+        st.subheader("Demo: view as")
+        role = st.selectbox("Role", access.ROLES, key="demo_role")
+        names = data.users(warehouse) or ["demo"]
+        name = st.selectbox("User", names, key="demo_user") if role == access.USER else "demo"
+    viewer = access.Viewer(name, role, demo=True)
+
+if viewer is None:
+    st.title("sing")
+    if settings.auth == "header":
+        st.error(
+            f"No signed-in user: the sign-in proxy did not send the {settings.user_header} "
+            "header. Open the dashboard through the proxy."
+        )
+    elif "auth" not in st.secrets:
+        st.error(
+            "Sign-in is not configured: add an [auth] section to .streamlit/secrets.toml "
+            "(see docs/dashboards.md), or start `sing dashboard --demo`."
+        )
+    else:
+        st.info("Sign in to see the cluster.")
+        st.button("Sign in", on_click=st.login, type="primary")
+    st.stop()
+
+st.session_state[VISIT_KEY] = Visit(viewer, warehouse, config)
+
+if demo:
+    st.warning(
+        "Demo mode: no sign-in; anyone who can reach this page sees it, in the role picked in "
+        "the sidebar.",
+        icon=":material/visibility:",
+    )
+with st.sidebar:
+    st.caption(f"Signed in as **{viewer.name}** ({viewer.role})")
+    if not viewer.demo and settings.auth == "oidc":
+        st.button("Sign out", on_click=st.logout)
+
+pages = [
+    st.Page(str(HERE / spec.file), title=spec.title, url_path=spec.url_path, icon=spec.icon)
+    for spec in access.pages_for(viewer.role)
+]
+st.navigation(pages).run()

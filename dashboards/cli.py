@@ -1,0 +1,66 @@
+"""`sing dashboard`: serve the Streamlit app over the warehouse.
+
+Streamlit owns its server and event loop, so the app runs as `streamlit run` in a child process;
+the config file, warehouse and demo switch reach it through the environment (SING_CONFIG,
+SING_WAREHOUSE, SING_DASHBOARD_DEMO), which `Config.load` reads there as it does here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dashboards.settings import DashboardSettings
+from sing.config import Config
+
+APP = Path(__file__).with_name("app.py")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "dashboard",
+        help="serve the web dashboards (Streamlit) over the warehouse",
+        description="Serve the dashboards. Identity comes from [dashboard] auth (OIDC sign-in or "
+        "a trusted proxy header); --demo lets visitors in without signing in, and says so.",
+    )
+    p.add_argument("--port", type=int, help="TCP port (default: [dashboard] port, 8501)")
+    p.add_argument("--address", help="address to listen on (default: [dashboard] address)")
+    p.add_argument(
+        "--demo", action="store_true", help="no sign-in: visitors pick a role (for demos only)"
+    )
+    p.set_defaults(func=run)
+
+
+def streamlit_command(args: argparse.Namespace, settings: DashboardSettings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless=true",
+        "--browser.gatherUsageStats=false",
+        f"--server.port={args.port or settings.port}",
+        f"--server.address={args.address or settings.address}",
+    ]
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    settings = config.section("dashboard", DashboardSettings)
+    env = {**os.environ, "SING_WAREHOUSE": str(config.warehouse_dir(args.warehouse).resolve())}
+    if config.path is not None:
+        env["SING_CONFIG"] = str(config.path)
+    if args.demo:
+        env["SING_DASHBOARD_DEMO"] = "1"
+    print(
+        f"sing dashboard on http://{args.address or settings.address}:{args.port or settings.port}"
+        f" (warehouse {env['SING_WAREHOUSE']}{', demo mode' if args.demo else ''})",
+        file=sys.stderr,
+    )
+    try:
+        return subprocess.run(streamlit_command(args, settings), env=env).returncode
+    except KeyboardInterrupt:
+        return 0

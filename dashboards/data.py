@@ -1,0 +1,348 @@
+"""Every query the dashboards run, cached: pages call these and never build SQL.
+
+Each function opens a fresh warehouse connection (a snapshot of the files live at that moment,
+so the collector keeps writing meanwhile) and caches its result for `TTL_S` seconds, shared by
+all sessions: on a year of data the first visitor pays, the next ones read memory. The warehouse
+root is the first argument of every function, so it is part of each cache key.
+
+Times: "now" is the end of the data (the newest GPU sample), not the wall clock, so a warehouse
+that stopped receiving data (a demo, a copy) still shows its last week rather than an empty one.
+Running jobs count up to that time.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import streamlit as st
+
+from scheduler.metrics import summarize
+from scheduler.settings import SchedulerSettings
+from scheduler.simulate import replay
+from scheduler.workload import Workload, read_trace
+from sing.config import Thresholds
+from traces.export import build_release
+from traces.package import write_trace, zip_trace
+from traces.settings import TraceSettings, load_key
+from warehouse import analytics
+from warehouse.job_report import job_report, load_notes
+from warehouse.store import Warehouse
+
+TTL_S = 60
+# Downsampled time series have at most this many points per line.
+MAX_POINTS = 400
+# The heat map's "last interval": samples this long before the end of the data.
+LAST_INTERVAL = timedelta(minutes=5)
+
+cached = st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=256)
+
+
+def connect(root: str) -> duckdb.DuckDBPyConnection:
+    return Warehouse(root).connect()
+
+
+def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple | None:
+    """The first row of a query, with the result consumed so the connection is free again."""
+    rows = con.execute(sql, params).fetchall()
+    return rows[0] if rows else None
+
+
+@dataclass(frozen=True)
+class Span:
+    """The time the warehouse covers: first job submission to newest GPU sample."""
+
+    first: datetime
+    last: datetime
+
+
+@cached
+def span(root: str) -> Span | None:
+    """None when the warehouse holds no jobs yet."""
+    con = connect(root)
+    first, last_job = first_row(
+        con, "SELECT min(submit_time), max(greatest(submit_time, start_time, end_time)) FROM jobs"
+    )
+    if first is None:
+        return None
+    # The newest hour first (the rollup is small), then the newest sample inside it: the
+    # second query reads one day's files thanks to Parquet min/max statistics on ts.
+    (hour,) = first_row(con, "SELECT max(hour) FROM gpu_hourly")
+    last = None
+    if hour is not None:
+        (last,) = first_row(con, "SELECT max(ts) FROM gpu_samples WHERE ts >= ?", [hour])
+    return Span(first, last or last_job)
+
+
+# ---- cluster ---------------------------------------------------------------------------
+
+
+@cached
+def cluster_usage(root: str, since: datetime, until: datetime, bucket: str) -> pl.DataFrame:
+    return analytics.cluster_usage(connect(root), since, until, bucket, now=until)
+
+
+@cached
+def capacity(root: str) -> tuple[int, int]:
+    """(nodes, GPUs) of the cluster."""
+    nodes, gpus = first_row(connect(root), "SELECT count(*), sum(gpus) FROM nodes")
+    return int(nodes), int(gpus or 0)
+
+
+@cached
+def gpu_grid(root: str, at: datetime) -> pl.DataFrame:
+    """Every GPU of every node in the interval before `at`: mean util and the job holding it."""
+    return (
+        connect(root)
+        .sql(
+            """
+        WITH grid AS (SELECT node, unnest(range(gpus))::SMALLINT AS gpu_index FROM nodes),
+        recent AS (
+            SELECT node, gpu_index, avg(util) AS util, arg_max(job_id, ts) AS job_id
+            FROM gpu_samples WHERE ts > $since AND ts <= $at GROUP BY ALL
+        )
+        SELECT g.node, g.gpu_index, r.util, r.job_id, j.user
+        FROM grid g
+        LEFT JOIN recent r USING (node, gpu_index)
+        LEFT JOIN jobs j ON j.job_id = r.job_id
+        ORDER BY g.node, g.gpu_index
+        """,
+            params={"since": at - LAST_INTERVAL, "at": at},
+        )
+        .pl()
+    )
+
+
+# ---- jobs ------------------------------------------------------------------------------
+
+
+@cached
+def partitions(root: str) -> list[str]:
+    rows = connect(root).execute("SELECT DISTINCT partition FROM jobs ORDER BY 1").fetchall()
+    return [r[0] for r in rows if r[0] is not None]
+
+
+@cached
+def users(root: str) -> list[str]:
+    rows = connect(root).execute('SELECT DISTINCT "user" FROM jobs ORDER BY 1').fetchall()
+    return [r[0] for r in rows if r[0] is not None]
+
+
+@cached
+def job_usage(root: str, since: datetime, until: datetime, user: str | None) -> pl.DataFrame:
+    """Per-job efficiency for jobs overlapping the window; only `user`'s jobs when given."""
+    frame = analytics.job_usage(connect(root), since, until, now=until)
+    return frame if user is None else frame.filter(pl.col("user") == user)
+
+
+def efficiency_trend(jobs: pl.DataFrame, every: str = "1d") -> pl.DataFrame:
+    """GPU-hour-weighted mean utilisation of the jobs started in each period."""
+    return (
+        jobs.filter(pl.col("mean_util").is_not_null())
+        .sort("start_time")
+        .group_by_dynamic("start_time", every=every)
+        .agg(
+            gpu_hours=pl.col("gpu_hours").sum(),
+            util=(pl.col("mean_util") * pl.col("gpu_hours")).sum() / pl.col("gpu_hours").sum(),
+            jobs=pl.len(),
+        )
+    )
+
+
+@cached
+def by_node_count(
+    root: str, since: datetime, until: datetime, partition: str | None
+) -> pl.DataFrame:
+    return analytics.utilization_by_node_count(connect(root), since, until, partition, now=until)
+
+
+@cached
+def idle_jobs(
+    root: str,
+    since: datetime,
+    until: datetime,
+    util_below: float,
+    rdma_below: float,
+    running_only: bool,
+) -> pl.DataFrame:
+    """Jobs of any size under the utilisation threshold, by wasted GPU-hours."""
+    return analytics.idle_multinode_jobs(
+        connect(root), since, until, util_below, rdma_below, 1, running_only, now=until
+    )
+
+
+@cached
+def job_details(
+    root: str, job_id: str, owner: str | None, now: datetime, thresholds: Thresholds
+) -> dict | None:
+    """`sing job`'s report of one job; None when the job is missing or not `owner`'s."""
+    con = connect(root)
+    found = first_row(con, 'SELECT "user" FROM jobs WHERE job_id = ?', [job_id])
+    if found is None or (owner is not None and found[0] != owner):
+        return None
+    notes_file = Path(thresholds.notes_file) if thresholds.notes_file else None
+    return job_report(con, job_id, thresholds, load_notes(notes_file), now=now)
+
+
+@cached
+def job_series(
+    root: str, job_id: str, nodes: tuple[str, ...], start: datetime, end: datetime
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-GPU util/memory/power, per-node RDMA bytes/s) over the job's life, downsampled to
+    at most MAX_POINTS buckets, from the raw samples of the job's nodes and time window."""
+    step = max(15.0, (end - start).total_seconds() / MAX_POINTS)
+    params = {"job": job_id, "nodes": list(nodes), "start": start, "end": end, "step": step}
+    con = connect(root)
+    gpus = con.sql(
+        """
+        SELECT time_bucket(to_microseconds(($step * 1e6)::BIGINT), ts, $start) AS ts,
+               node, gpu_index, node || ':' || gpu_index AS gpu,
+               avg(util) AS util, avg(mem_used_bytes) AS mem_used_bytes, avg(power_w) AS power_w
+        FROM gpu_samples
+        WHERE ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes)) AND job_id = $job
+        GROUP BY ALL ORDER BY ts, node, gpu_index
+        """,
+        params=params,
+    ).pl()
+    rdma = con.sql(
+        """
+        SELECT time_bucket(to_microseconds(($step * 1e6)::BIGINT), ts, $start) AS ts, node,
+               sum(tx_delta_bytes) / $step AS tx_bytes_s, sum(rx_delta_bytes) / $step AS rx_bytes_s
+        FROM rdma_samples
+        WHERE ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes))
+        GROUP BY ALL ORDER BY ts, node
+        """,
+        params=params,
+    ).pl()
+    return gpus, rdma
+
+
+# ---- fairness --------------------------------------------------------------------------
+
+
+@cached
+def fairness(root: str, since: datetime, until: datetime) -> tuple[pl.DataFrame, float]:
+    return analytics.fairness(connect(root), since, until, now=until)
+
+
+@cached
+def jain_over_time(root: str, since: datetime, until: datetime, bucket: str) -> pl.DataFrame:
+    """Jain's index of per-user GPU-hours within each day or week (jobs clipped to it)."""
+    step = {"day": "1 day", "week": "7 days"}[bucket]
+    return (
+        connect(root)
+        .sql(
+            f"""
+        WITH pieces AS (
+            SELECT b AS bucket, "user",
+                   num_gpus * epoch(least(coalesce(end_time, $until), b + INTERVAL '{step}')
+                                    - greatest(start_time, b)) / 3600 AS gpu_hours
+            FROM jobs, unnest(generate_series(date_trunc('{bucket}', greatest(start_time, $since)),
+                                              least(coalesce(end_time, $until), $until),
+                                              INTERVAL '{step}')) AS t(b)
+            WHERE start_time IS NOT NULL AND start_time < $until
+              AND coalesce(end_time, $until) > $since
+        ),
+        per_user AS (
+            SELECT bucket, "user", sum(gpu_hours) AS h FROM pieces
+            WHERE gpu_hours > 0 AND bucket < $until GROUP BY ALL
+        )
+        SELECT bucket, count(*) AS users, sum(h) AS gpu_hours,
+               sum(h) * sum(h) / (count(*) * sum(h * h)) AS jain
+        FROM per_user GROUP BY bucket ORDER BY bucket
+        """,
+            params={"since": since, "until": until},
+        )
+        .pl()
+    )
+
+
+# ---- traces ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceRelease:
+    jobs: pl.DataFrame
+    suppressed_jobs: int
+    zip_bytes: bytes
+
+
+@cached
+def trace_release(
+    root: str, since: datetime, until: datetime, settings: TraceSettings
+) -> TraceRelease:
+    """The anonymized release of [since, until): its jobs for a preview and the same release
+    zipped (Parquet/CSV + datapackage.json), so what is previewed is what is downloaded."""
+    release = build_release(Warehouse(root), since, until, load_key(settings.key_file), settings)
+    with tempfile.TemporaryDirectory(prefix="sing-trace-") as tmp:
+        path = write_trace(
+            Path(tmp) / "trace", release.jobs, release.info, release.timeseries, settings.write_csv
+        )
+        archive = zip_trace(path)
+    return TraceRelease(pl.from_arrow(release.jobs), release.suppressed_jobs, archive)
+
+
+# ---- simulator -------------------------------------------------------------------------
+
+WAREHOUSE_SOURCE = "warehouse"
+
+
+def _warehouse_workload(root: str, since: datetime, until: datetime) -> Workload:
+    """The jobs submitted in the window that ran, as the simulator replays them."""
+    rows = (
+        connect(root)
+        .execute(
+            """
+        SELECT job_id, "user", epoch(submit_time), epoch(end_time - start_time),
+               num_gpus, num_nodes, time_limit_s::DOUBLE
+        FROM jobs
+        WHERE submit_time >= $since AND submit_time < $until
+          AND start_time IS NOT NULL AND end_time IS NOT NULL AND num_gpus > 0
+        ORDER BY submit_time, job_id
+        """,
+            {"since": since, "until": until},
+        )
+        .fetchall()
+    )
+    return Workload(*(list(column) for column in zip(*rows, strict=True)) if rows else [[]] * 7)
+
+
+@st.cache_resource(show_spinner=False)
+def trace_file(path: str) -> Workload:
+    """A trace file, read once per process (the Philly file has 82 k jobs)."""
+    return read_trace(path)
+
+
+def trace_file_span(path: str) -> Span:
+    submit = trace_file(path).submit
+    return Span(datetime.fromtimestamp(min(submit), UTC), datetime.fromtimestamp(max(submit), UTC))
+
+
+@cached
+def compare_policies(
+    root: str,
+    source: str,
+    since: datetime,
+    until: datetime,
+    nodes: int,
+    gpus_per_node: int,
+    policies: tuple[str, ...],
+    settings: SchedulerSettings,
+) -> pl.DataFrame:
+    """Replay the jobs submitted in [since, until) under each policy; one summary row each
+    (scheduler.metrics). `source` is WAREHOUSE_SOURCE or a trace file path."""
+    if source == WAREHOUSE_SOURCE:
+        workload = _warehouse_workload(root, since, until)
+    else:
+        workload = trace_file(source).window(since.timestamp(), until.timestamp())
+    if not len(workload):
+        return pl.DataFrame()
+    rows = [
+        summarize(replay(workload, nodes, gpus_per_node, settings, policy), settings.starvation_s)
+        for policy in policies
+    ]
+    return pl.DataFrame(rows)

@@ -1,0 +1,101 @@
+"""My jobs: the signed-in user's own jobs, their efficiency, tips, and the trend over time."""
+
+import altair as alt
+import polars as pl
+import streamlit as st
+
+from dashboards import data
+from dashboards.access import ADMIN
+from dashboards.widgets import (
+    data_span,
+    hours,
+    job_link_column,
+    job_report_section,
+    percent,
+    visit,
+    window_picker,
+)
+
+v = visit()
+span = data_span(v)
+user = v.viewer.name
+if v.viewer.role == ADMIN:  # admins may look at anybody's jobs, their own by default
+    names = data.users(v.warehouse)
+    user = st.selectbox("User", names, index=names.index(user) if user in names else 0, key="user")
+st.title(f"Jobs of {user}")
+since, until = window_picker(span, default_days=30)
+
+with st.spinner("Loading jobs..."):
+    jobs = data.job_usage(v.warehouse, since, until, user).sort("start_time", descending=True)
+
+if jobs.is_empty():
+    st.info(f"{user} has no job that ran in this window.")
+    st.stop()
+
+weighted = (jobs["mean_util"].fill_null(0) * jobs["gpu_hours"]).sum() / jobs["gpu_hours"].sum()
+a, b, c, d = st.columns(4)
+a.metric("Jobs", f"{jobs.height}")
+b.metric("GPU-hours", hours(jobs["gpu_hours"].sum()))
+c.metric("GPU utilization (GPU-hour weighted)", percent(weighted))
+d.metric("Idle GPU-hours", hours(jobs["idle_gpu_hours"].sum()))
+
+st.subheader("Efficiency over time")
+trend = data.efficiency_trend(jobs, every="1d" if (until - since).days <= 31 else "1w")
+st.altair_chart(
+    alt.Chart(trend)
+    .mark_bar()
+    .encode(
+        x=alt.X("start_time:T", title="jobs started"),
+        y=alt.Y(
+            "util:Q",
+            title="GPU utilization",
+            axis=alt.Axis(format="%"),
+            scale=alt.Scale(domain=[0, 1]),
+        ),
+        tooltip=[
+            "start_time:T",
+            alt.Tooltip("util:Q", format=".0%"),
+            "jobs",
+            alt.Tooltip("gpu_hours:Q", format=".1f"),
+        ],
+    )
+)
+
+st.subheader("Jobs")
+st.dataframe(
+    jobs.select(
+        job_link_column(),
+        "name",
+        "state",
+        "num_nodes",
+        "num_gpus",
+        "start_time",
+        (pl.col("run_s") / 3600).alias("hours"),
+        "gpu_hours",
+        "mean_util",
+        "idle_gpu_hours",
+    ),
+    hide_index=True,
+    column_config={
+        "job": st.column_config.LinkColumn("job", display_text=r"job=(.*)"),
+        "num_nodes": "nodes",
+        "num_gpus": "GPUs",
+        "hours": st.column_config.NumberColumn("run time h", format="%.1f"),
+        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
+        "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
+        "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
+    },
+)
+
+st.subheader("One job in detail")
+job_id = st.selectbox("Job", jobs["job_id"].to_list(), key="detail_job")
+# The owner filter is the job's user here, so even a crafted selection shows only their jobs.
+report = data.job_details(v.warehouse, job_id, user, span.last, v.config.thresholds)
+if report is not None:
+    job_report_section(report)
+    st.page_link(
+        "pages/job.py",
+        label="Time series of this job",
+        query_params={"job": job_id},
+        icon=":material/monitoring:",
+    )

@@ -1,0 +1,53 @@
+"""The [dashboard] and [roles] sections of the site config.
+
+Defaults run the embedded demo with no config file: `sing dashboard --demo` on localhost. A real
+deployment picks where identity comes from (`auth`) and lists its admins and researchers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sing.config import ConfigError
+
+AUTH_MODES = ("oidc", "header")
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """How `sing dashboard` serves and whom it believes."""
+
+    address: str = "127.0.0.1"
+    port: int = 8501
+    # "oidc": Streamlit's st.login against the [auth] provider in .streamlit/secrets.toml;
+    # "header": a trusted reverse proxy puts the signed-in user name in `user_header`
+    # (only safe when nothing but the proxy can reach the dashboard's port).
+    auth: str = "oidc"
+    user_header: str = "X-Remote-User"
+    # The OIDC claim naming the user; the part before "@" must equal the cluster user name.
+    user_claim: str = "email"
+    # Job traces the Simulator page offers besides the warehouse's own jobs (simple CSV or the
+    # Philly jobs file; see docs/scheduler.md). Relative paths: from the config file's directory.
+    trace_files: tuple[str, ...] = ("../shared/traces/philly/philly_pollux_jobs.csv",)
+    # Demo mode: anyone may look without signing in, choosing a role; every page says so.
+    demo: bool = False
+    # Seconds a cached query result is reused; the collector writes every 15 s or so.
+    cache_ttl_s: int = 60
+    # Time series are downsampled to at most this many points per line.
+    max_points: int = 400
+
+    def __post_init__(self) -> None:
+        if self.auth not in AUTH_MODES:
+            raise ConfigError(
+                f"[dashboard] auth = {self.auth!r}; use one of {', '.join(AUTH_MODES)}"
+            )
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"[dashboard] port = {self.port} is not a TCP port")
+
+
+@dataclass(frozen=True)
+class RoleSettings:
+    """Cluster user names with more than the default role; every other signed-in user is a user."""
+
+    admins: tuple[str, ...] = ()
+    researchers: tuple[str, ...] = ()
