@@ -99,7 +99,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     nodes = _nodes(args, settings.port)
     if args.record and len(nodes) > 1:
         raise UserError("--record writes one node's state; use it without several --node")
-    explicit_roots = any((args.sysfs_root, args.proc_root, args.job_mapping_dir))
     description = load_description(args.fake) if args.fake is not None else None
     state = StateFile(args.fake_state) if args.fake_state else None
     stop = threading.Event()
@@ -107,52 +106,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     recorder = Recorder(args.record) if args.record else None
     with tempfile.TemporaryDirectory(prefix="sing-fake-") as scratch:
         fake_root = Path(args.fake_root or scratch)
-        servers = []
-        collectors = []
-        for name, port in nodes:
-            nvml: Any = pynvml
-            roots = (settings.sysfs_root, settings.proc_root, settings.job_mapping_dir)
-            before_read = None
-            if description is not None:
-                nvml = FakeNvml(description, state, name)
-                if not explicit_roots:  # the fake node's files, in step with its state
-                    world = FakeWorld(fake_root / (name or "node"), nvml)
-                    roots = (str(world.sysfs_root), str(world.proc_root), str(world.mapping_dir))
-                    before_read = world.sync
-            collector = NodeCollector(
-                nvml,
-                *roots,
-                cache_seconds=settings.cache_seconds,
-                before_read=before_read,
-                on_reading=recorder.write if recorder else None,
-            )
-            try:
-                server, _ = start_http_server(
-                    port, settings.listen_address, node_registry(collector)
-                )
-            except OSError as err:
-                raise UserError(
-                    f"cannot listen on {settings.listen_address}:{port}: {err.strerror}"
-                ) from err
-            servers.append(server)
-            collectors.append(collector)
-            log.info(
-                "serving %s on http://%s:%d/metrics",
-                name or "this node",
-                settings.listen_address,
-                port,
-            )
-        deadline = None if args.duration is None else time.monotonic() + args.duration
+        servers: list[Any] = []
         try:
-            while not stop.is_set():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                wait = settings.record_interval if recorder else left
-                if stop.wait(wait if left is None or wait is None else min(wait, left)):
-                    break
-                if recorder:  # record on a clock, not only when scraped
-                    collectors[0].collect()
+            collector = None
+            for name, port in nodes:
+                collector = _start_node(name, port, settings, args, description, state,
+                                        fake_root, recorder, servers)  # fmt: skip
+            _wait(args.duration, settings.record_interval if recorder else None, stop, collector)
         except KeyboardInterrupt:
             pass
         finally:
@@ -161,3 +121,63 @@ def run(args: argparse.Namespace, config: Config) -> int:
             if recorder:
                 recorder.close()
     return 0
+
+
+def _start_node(
+    name: str | None,
+    port: int,
+    settings: ExporterSettings,
+    args: argparse.Namespace,
+    description: dict[str, Any] | None,
+    state: StateFile | None,
+    fake_root: Path,
+    recorder: Recorder | None,
+    servers: list[Any],
+) -> NodeCollector:
+    """Build one node's collector and serve its registry on its port."""
+    nvml: Any = pynvml
+    roots = (settings.sysfs_root, settings.proc_root, settings.job_mapping_dir)
+    before_read = None
+    explicit_roots = any((args.sysfs_root, args.proc_root, args.job_mapping_dir))
+    if description is not None:
+        nvml = FakeNvml(description, state, name)
+        if not explicit_roots:  # the fake node's files, in step with its state
+            world = FakeWorld(fake_root / (name or "node"), nvml)
+            roots = (str(world.sysfs_root), str(world.proc_root), str(world.mapping_dir))
+            before_read = world.sync
+    collector = NodeCollector(
+        nvml,
+        *roots,
+        cache_seconds=settings.cache_seconds,
+        before_read=before_read,
+        on_reading=recorder.write if recorder else None,
+    )
+    try:
+        server, _ = start_http_server(port, settings.listen_address, node_registry(collector))
+    except OSError as err:
+        raise UserError(
+            f"cannot listen on {settings.listen_address}:{port}: {err.strerror}"
+        ) from err
+    servers.append(server)
+    where = f"http://{settings.listen_address}:{port}/metrics"
+    log.info("serving %s on %s", name or "this node", where)
+    return collector
+
+
+def _wait(
+    duration: float | None,
+    record_interval: float | None,
+    stop: threading.Event,
+    recorded: NodeCollector | None,
+) -> None:
+    """Serve until stopped or `duration` passes; when recording, read on a clock meanwhile."""
+    deadline = None if duration is None else time.monotonic() + duration
+    while not stop.is_set():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        wait = record_interval if record_interval is not None else left
+        if stop.wait(wait if left is None or wait is None else min(wait, left)):
+            return
+        if record_interval is not None and recorded is not None:
+            recorded.collect()  # record on a clock, not only when scraped
