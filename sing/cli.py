@@ -15,22 +15,30 @@ import sys
 from sing.config import Config, ConfigError
 from sing.errors import UserError
 
-# Modules that contribute subcommands, in the order `sing --help` lists them.
-COMMAND_MODULES = (
-    "warehouse.cli",
-    "warehouse.reports_cli",
-    "scheduler.cli",
-    "executors.cli",
-    "exporters.cli",
-    "collector.cli",
-    "dashboards.cli",
-    "traces.cli",
-    "demo.cli",
-    "sing.doctor",
-)
+# Each subcommand and the module that registers it, in the order `sing --help` lists them.
+# Only the module of the command being run is imported, so `sing exporter` on a GPU node does
+# not load DuckDB, polars or Streamlit.
+COMMANDS = {
+    "warehouse": "warehouse.cli",
+    "report": "warehouse.reports_cli",
+    "job": "warehouse.reports_cli",
+    "demo-data": "warehouse.reports_cli",
+    "simulate": "scheduler.cli",
+    "submit": "executors.cli",
+    "run": "executors.cli",
+    "jobs": "executors.cli",
+    "exporter": "exporters.cli",
+    "collector": "collector.cli",
+    "dashboard": "dashboards.cli",
+    "trace": "traces.cli",
+    "demo": "demo.cli",
+    "doctor": "sing.doctor",
+}
+GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with every command, or only `command`'s module when it is known."""
     parser = argparse.ArgumentParser(
         prog="sing",
         description="Telemetry, accounting and trace analytics for shared campus GPU clusters.",
@@ -41,13 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_in(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -65,6 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"sing: {err}", file=sys.stderr)
         return 1
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand named in `argv` (the first word that is no global option or its value)."""
+    words = iter(argv)
+    for word in words:
+        if word in GLOBAL_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 if __name__ == "__main__":
