@@ -108,7 +108,7 @@ def test_unwritable_warehouse_buffers_drops_oldest_and_recovers(
         wait_for(lambda: rounds(wh) >= 2, what="first rounds")
         set_writable(False)
         frozen = rounds(wh)
-        wait_for(lambda: metric("sing_collector_rows_dropped_total") >= 12, what="drops")
+        wait_for(lambda: metric("sing_collector_rows_dropped_total") >= 24, what="drops")
         assert rounds(wh) == frozen  # nothing could be written meanwhile
         set_writable(True)
         wait_for(lambda: metric("sing_collector_rows_buffered") == 0, what="buffer flushed")
@@ -127,4 +127,4 @@ def test_unwritable_warehouse_buffers_drops_oldest_and_recovers(
     assert stored + dropped >= 6 * (finished_rounds - 1)
     ts = [t for (t,) in con.execute("SELECT DISTINCT ts FROM scrapes ORDER BY ts").fetchall()]
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    assert max(gaps).total_seconds() > 1.0  # the dropped rounds are a hole in the middle
+    assert max(gaps).total_seconds() > 0.9  # 4+ dropped rounds leave a hole in the middle
