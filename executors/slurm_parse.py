@@ -96,10 +96,17 @@ def _load(text: str, source: str) -> list[_Job]:
         raise UserError(f"{source}: output is not valid JSON ({err}); truncated?") from err
     if not isinstance(dump, dict) or not isinstance(dump.get("jobs"), list):
         raise UserError(f"{source}: no 'jobs' list in the output (unknown JSON shape)")
-    errors = dump.get("errors") or []
+    # An empty result is reported as an error ("Nothing found", 9003) by 22.05's sacct.
+    errors = [e for e in dump.get("errors") or [] if not _nothing_found(e)]
     if errors:
         raise UserError(f"{source}: Slurm reported errors: {errors}")
     return [_Job(job, source) for job in dump["jobs"]]
+
+
+def _nothing_found(error: object) -> bool:
+    return isinstance(error, dict) and (
+        error.get("error_number") == 9003 or str(error.get("description")) == "Nothing found"
+    )
 
 
 def gpu_count(entries: Iterable[tuple[str, int | None]]) -> int:

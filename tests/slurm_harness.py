@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.debian import ensure_packages
+
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
 NODES = ("gpu-1", "gpu-2")
 GPUS_PER_NODE = 8
@@ -114,6 +116,24 @@ innodb_log_file_size=16M
 innodb_lock_wait_timeout=900
 innodb_flush_log_at_trx_commit=0
 """
+
+
+def install() -> None:
+    """Install the packages (tests.debian rules: CI installs, elsewhere skip if impossible).
+
+    Debian's postinst would start MariaDB and munge on their default paths; a policy-rc.d that
+    refuses service starts (as this image ships) is put in place for the install if missing.
+    """
+    policy = Path("/usr/sbin/policy-rc.d")
+    added = os.geteuid() == 0 and not policy.exists()
+    if added:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        ensure_packages(*PACKAGES)
+    finally:
+        if added:
+            policy.unlink()
 
 
 class SlurmCluster:
@@ -245,7 +265,7 @@ class SlurmCluster:
         try:
             pwd.getpwnam(TEST_USER)
         except KeyError:
-            _check(["useradd", "-M", "-s", "/bin/bash", TEST_USER])
+            _check(["useradd", "-m", "-s", "/bin/bash", TEST_USER])
         for command in (
             ["sacctmgr", "-i", "add", "account", TEST_ACCOUNT],
             ["sacctmgr", "-i", "add", "user", TEST_USER, f"DefaultAccount={TEST_ACCOUNT}"],
