@@ -166,10 +166,12 @@ class SlurmCluster:
     def down(self) -> None:
         """Stop this cluster's daemons by PID (TERM, then KILL after 15 s); leave files for logs."""
         if self.conf.exists():
-            subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, capture_output=True)
-            subprocess.run(
-                ["scancel", "--full", "-u", TEST_USER], env=self.env, capture_output=True
-            )
+            for user in ("root", TEST_USER):
+                subprocess.run(["scancel", "-u", user], env=self.env, capture_output=True)
+            # Let the slurmstepds finish their jobs while slurmd can still hear them; otherwise
+            # they linger as orphans after the daemons are gone.
+            with contextlib.suppress(RuntimeError):
+                self._wait(self._no_jobs_running, "cancelled jobs to end", timeout=20)
         pids = [pid for pid in map(self._pid_from, self._pid_files()) if pid]
         for pid in pids:
             _signal(pid, signal.SIGTERM)
@@ -287,6 +289,15 @@ class SlurmCluster:
         )
         states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
         return all(states.get(node) == "idle" for node in NODES)
+
+    def _no_jobs_running(self) -> bool:
+        result = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING,COMPLETING"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        return result.returncode != 0 or not result.stdout.strip()
 
     def _wait(self, ready, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
