@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from collector.jobsync import load_job_sync
 from collector.pull import PrometheusPull
@@ -49,7 +50,7 @@ def settings_from(args: argparse.Namespace, config: Config) -> CollectorSettings
     return dataclasses.replace(s, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def target_source(settings: CollectorSettings, config: Config):
+def target_source(settings: CollectorSettings, config: Config) -> Callable[[], list[Target]]:
     """A callable giving the current targets, from the first configured source."""
     if settings.file_sd:
         file_sd = FileSD(config.resolve_path(settings.file_sd))
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         config,
         settings,
         warehouse,
-        targets=target_source(settings, config) if not settings.prometheus_url else list,
+        targets=(lambda: []) if settings.prometheus_url else target_source(settings, config),
         job_sync=load_job_sync(settings.job_sync, config),
     )
     if settings.prometheus_url:

@@ -120,8 +120,8 @@ class Collector:
             except Exception:
                 self.metrics.job_syncs.labels("error").inc()
                 log.exception("job sync failed; retrying at the next sync")
-        self.allocations.clear()
-        self.allocations.update(running_allocations(self.warehouse, self.config.site.cluster))
+        # Replaced whole, never mutated: a round running meanwhile keeps a consistent map.
+        self.allocations = running_allocations(self.warehouse, self.config.site.cluster)
 
     def maintain(self) -> None:
         """Compact the warehouse, and age out raw samples when retention is set."""
