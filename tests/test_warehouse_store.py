@@ -7,6 +7,7 @@ import json
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -420,3 +421,19 @@ def test_newer_warehouse_than_supported_is_a_clear_error(tmp_path: Path) -> None
     with pytest.raises(Exception, match="schema version 99, newer than this sing"):
         Warehouse(root)
     assert json.loads((root / migrations.META).read_text()) == {"schema_version": 99}
+
+
+# ---- other engines -------------------------------------------------------------------------
+
+
+def test_documented_external_reader_sql_counts_each_row_once(wh: Warehouse) -> None:
+    """docs/warehouse.md tells Spark/Trino/DuckDB users how to skip superseded files: keep it true
+    while a merged file and its parts coexist (grace window) and a dead temporary lies around."""
+    load_tiny_day(wh)
+    wh.compact(settle_s=0)
+    wh.append("gpu_samples", gpu_rows((at(12), "n1", 0, "j1", 0.25, 0.2, GIB, 1.0, 1.0)))
+    files.temporary_path(day_dir(wh, "gpu_samples")).write_bytes(b"PAR1 cut short")
+    assert len(files.data_files(day_dir(wh, "gpu_samples"))) == 5  # 3 parts, merged, late one
+    doc = (Path(__file__).parent.parent / "docs" / "warehouse.md").read_text()
+    sql = doc.split("```sql\n")[1].split("```")[0].replace("ROOT", str(wh.root))
+    assert duckdb.sql(sql).fetchall() == [(len(SAMPLES) + 1,)]
