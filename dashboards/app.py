@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitSecretNotFoundError
 
 from dashboards import access, data
 from dashboards.settings import DashboardSettings, RoleSettings
@@ -20,6 +21,15 @@ from dashboards.widgets import VISIT_KEY, Visit
 from sing.config import Config
 
 HERE = Path(__file__).parent
+
+
+def sign_in_configured() -> bool:
+    """Whether .streamlit/secrets.toml has the [auth] section st.login needs."""
+    try:
+        return "auth" in st.secrets
+    except StreamlitSecretNotFoundError:  # no secrets file at all
+        return False
+
 
 st.set_page_config(page_title="sing", page_icon=":material/memory:", layout="wide")
 
@@ -49,7 +59,7 @@ if viewer is None:
             f"No signed-in user: the sign-in proxy did not send the {settings.user_header} "
             "header. Open the dashboard through the proxy."
         )
-    elif "auth" not in st.secrets:
+    elif not sign_in_configured():
         st.error(
             "Sign-in is not configured: add an [auth] section to .streamlit/secrets.toml "
             "(see docs/dashboards.md), or start `sing dashboard --demo`."
@@ -59,21 +69,16 @@ if viewer is None:
         st.button("Sign in", on_click=st.login, type="primary")
     st.stop()
 
-st.session_state[VISIT_KEY] = Visit(viewer, warehouse, config)
-
-if demo:
-    st.warning(
-        "Demo mode: no sign-in; anyone who can reach this page sees it, in the role picked in "
-        "the sidebar.",
-        icon=":material/visibility:",
-    )
-with st.sidebar:
-    st.caption(f"Signed in as **{viewer.name}** ({viewer.role})")
-    if not viewer.demo and settings.auth == "oidc":
-        st.button("Sign out", on_click=st.logout)
+st.session_state[VISIT_KEY] = Visit(viewer, warehouse, config, demo)
 
 pages = [
     st.Page(str(HERE / spec.file), title=spec.title, url_path=spec.url_path, icon=spec.icon)
     for spec in access.pages_for(viewer.role)
 ]
-st.navigation(pages).run()
+page = st.navigation(pages)
+with st.sidebar:
+    st.caption(f"Signed in as **{viewer.name}** ({viewer.role})")
+    if not viewer.demo and settings.auth == "oidc":
+        st.button("Sign out", on_click=st.logout)
+
+page.run()

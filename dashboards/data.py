@@ -195,7 +195,7 @@ def job_series(
     """(per-GPU util/memory/power, per-node RDMA bytes/s) over the job's life, downsampled to
     at most MAX_POINTS buckets, from the raw samples of the job's nodes and time window."""
     step = max(15.0, (end - start).total_seconds() / MAX_POINTS)
-    params = {"job": job_id, "nodes": list(nodes), "start": start, "end": end, "step": step}
+    params = {"nodes": list(nodes), "start": start, "end": end, "step": step}
     con = connect(root)
     gpus = con.sql(
         """
@@ -206,7 +206,7 @@ def job_series(
         WHERE ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes)) AND job_id = $job
         GROUP BY ALL ORDER BY ts, node, gpu_index
         """,
-        params=params,
+        params={**params, "job": job_id},
     ).pl()
     rdma = con.sql(
         """

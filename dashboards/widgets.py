@@ -22,14 +22,22 @@ class Visit:
     viewer: Viewer
     warehouse: str
     config: Config
+    demo: bool = False
 
 
 def visit() -> Visit:
-    """The current visit; a page opened without going through the app shows nothing."""
+    """The current visit, which every page asks for first; a page opened without going through
+    the app shows nothing. In demo mode it puts the banner on top of the page."""
     current = st.session_state.get(VISIT_KEY)
     if not isinstance(current, Visit):
         st.error("Open the dashboard through its main page.")
         st.stop()
+    if current.demo:
+        st.warning(
+            "Demo mode: no sign-in; anyone who can reach this dashboard sees it, in the role "
+            "picked in the sidebar.",
+            icon=":material/visibility:",
+        )
     return current
 
 
