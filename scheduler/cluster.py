@@ -36,19 +36,6 @@ class Pool:
         # Most free GPUs on any one node: a request for more fails without looking at buckets.
         self.max_free = gpus_per_node if nodes else 0
 
-    def move(self, node: int, old: int, new: int) -> None:
-        """Node `node` went from `old` to `new` free GPUs."""
-        by_free = self.by_free
-        by_free[old].discard(node)
-        by_free[new].add(node)
-        if new > self.max_free:
-            self.max_free = new
-        elif old == self.max_free and not by_free[old]:
-            top = old
-            while top and not by_free[top]:
-                top -= 1
-            self.max_free = top
-
     def free_gpus(self) -> int:
         return sum(c * len(bucket) for c, bucket in enumerate(self.by_free))
 
@@ -184,20 +171,38 @@ class Cluster:
                         return chosen
         return None
 
+    # _take and release run once per job per replay: the free-count index update is inlined.
+
     def _take(self, node: int, k: int) -> list[int]:
+        """Take the `k` lowest-numbered free GPUs of `node`."""
         stack = self.free[node]
-        gpus = stack[-k:]
-        del stack[-k:]
-        gpus.sort()
+        if k == 1:
+            gpus = [stack.pop()]
+        else:
+            gpus = stack[-k:]
+            del stack[-k:]
+            gpus.sort()
         c = self.free_count[node]
-        self.pool_of[node].move(node, c, c - k)
         self.free_count[node] = c - k
+        pool = self.pool_of[node]
+        by_free = pool.by_free
+        by_free[c].discard(node)
+        by_free[c - k].add(node)
+        if c == pool.max_free and not by_free[c]:
+            while c and not by_free[c]:
+                c -= 1
+            pool.max_free = c
         return gpus
 
     def release(self, alloc: Alloc) -> None:
         """Give a job's GPUs back."""
+        free, free_count, pool_of = self.free, self.free_count, self.pool_of
         for node, gpus in alloc:
-            self.free[node].extend(reversed(gpus))
-            c = self.free_count[node]
-            self.pool_of[node].move(node, c, c + len(gpus))
-            self.free_count[node] = c + len(gpus)
+            free[node].extend(reversed(gpus))
+            c = free_count[node]
+            new = free_count[node] = c + len(gpus)
+            pool = pool_of[node]
+            pool.by_free[c].discard(node)
+            pool.by_free[new].add(node)
+            if new > pool.max_free:
+                pool.max_free = new

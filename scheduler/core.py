@@ -6,11 +6,17 @@
         launch(p.job_id, p.gpus)
     sched.finish("j1", later)
 
-Waiting jobs are indexed by *class*: all jobs of one shape (see scheduler.cluster) sit in one heap
-in priority order (submit order; runtime for sjf). Jobs of one class are interchangeable for
-placement, so a pass only ever looks at the head of each class: when a class's head does not fit,
-nothing behind it in that class does. A pass therefore costs O(classes + jobs started), never
-O(queue).
+Waiting jobs are indexed by *class*: all jobs of one shape (see scheduler.cluster) sit in one lane
+(scheduler.lane) in priority order (submit order; runtime for sjf). Jobs of one class are
+interchangeable for placement, so a pass only ever looks at the head of each class: when a class's
+head does not fit, nothing behind it in that class does. A pass therefore costs O(classes + jobs
+started), never O(queue).
+
+Most passes are skipped or narrowed: when only arrivals happened since the last pass (no job ended
+or left), every class that pass tried still fails (free GPUs only shrank, backfill rules only
+tightened), so only the new jobs' classes are tried, and nothing at all under fcfs or while backfill
+behind the blocked head is closed. Per-user limits hold jobs anywhere in the queue, so with them
+every pass is a full one.
 
 Policies (docs/scheduler.md has the details and measurements):
 - fcfs: strict submit order; a head that does not fit blocks everything.
@@ -25,14 +31,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
-from heapq import heapify, heappop, heappush, heapreplace
+from heapq import heapify, heappop, heapreplace
 
 from scheduler.cluster import Alloc, Cluster, Pool, Shape
+from scheduler.lane import WAITING, Entry, Lane
 from scheduler.settings import SchedulerSettings
 
-WAITING, HELD, RUNNING, DONE = range(4)
+HELD, RUNNING, DONE = 1, 2, 3  # job states after WAITING (0, scheduler.lane)
 INF = math.inf
 
 
@@ -74,14 +80,14 @@ class Scheduler:
         self.gpus: list[int] = []
         self.shapes: list[Shape] = []
         self.pools: list[tuple[Pool, ...]] = []
-        self.entries: list[tuple[float, int]] = []  # heap entry: (priority, index)
+        self.entries: list[Entry] = []  # lane entry: (priority, index)
         self.estimates: list[float] = []  # runtime easy assumes: the time limit, else the runtime
         self.end_estimates: list[float] = []
         self.state: list[int] = []
         self.allocs: list[Alloc | None] = []
         # Waiting jobs: all in queue order (fcfs, sing, easy), and by class (sing, easy, sjf).
-        self.queue: list[tuple[float, int]] = []
-        self.classes: dict[Shape, list[tuple[float, int]]] = {}
+        self.queue = Lane()
+        self.classes: dict[Shape, Lane] = {}
         self.class_order: list[tuple[int, Shape]] = []  # by GPUs needed per node
         self.user_limit = settings.max_jobs_per_user
         self.running_by_user: Counter[str] = Counter()
@@ -92,7 +98,10 @@ class Scheduler:
         self.budget_used = 0
         self.reservation: tuple[float, set[int]] = (INF, set())
         self.ends: list[tuple[float, int]] = []  # easy: running jobs by estimated end
-        self.changed = False  # whether anything happened since the last pass
+        # What happened since the last pass, to skip or narrow the next one (module docstring).
+        self.freed = False  # a job ended or left the queue: anything may start
+        self.fresh: list[int] = []  # jobs queued since
+        self.settled = False  # the last pass left only the fresh jobs' classes able to start
 
     # ---- public API ------------------------------------------------------------------------
 
@@ -119,8 +128,8 @@ class Scheduler:
             raise ValueError(f"job {job_id!r} is not waiting")
         if self.state[i] == HELD:
             self.held[self.users[i]].remove(i)
-        self.state[i] = DONE  # its heap entry is dropped lazily
-        self.changed = True
+        self.state[i] = DONE  # its lane entries are dropped lazily
+        self.freed = True
 
     def schedule(self, now: float) -> list[Placement]:
         """Start what the policy allows now; returns the new placements."""
@@ -177,64 +186,91 @@ class Scheduler:
         self.state[i] = WAITING
         entry = self.entries[i]
         if self.policy != "sjf":
-            heappush(self.queue, entry)
+            self.queue.push(entry)
         if self.policy != "fcfs":
             key = self.shapes[i]
-            heap = self.classes.get(key)
-            if heap is None:
-                heap = self.classes[key] = []
+            lane = self.classes.get(key)
+            if lane is None:
+                lane = self.classes[key] = Lane()
                 # placement "any" (0 nodes) can use a single free GPU on each of several nodes
                 bisect.insort(self.class_order, (key[1] if key[0] else 1, key))
-            heappush(heap, entry)
-        self.changed = True
+            lane.push(entry)
+        self.fresh.append(i)
 
     def release(self, i: int) -> None:
         self.state[i] = DONE
         self.cluster.release(self.allocs[i])
-        user = self.users[i]
-        self.running_by_user[user] -= 1
-        if self.user_limit and user in self.held:
-            for j in self.held.pop(user):
-                self.enqueue(j)
+        if self.user_limit:
+            user = self.users[i]
+            self.running_by_user[user] -= 1
+            if user in self.held:
+                for j in self.held.pop(user):
+                    self.enqueue(j)
         if self.policy == "easy":
             del self.ends[bisect.bisect_left(self.ends, (self.end_estimates[i], i))]
-        self.changed = True
+        self.freed = True
 
     def run_pass(self, now: float) -> list[int]:
         """One scheduling pass; returns the indices of the jobs it started (placed in `allocs`)."""
-        if not self.changed:  # no job arrived or ended: whatever could not start still cannot
+        if not (self.freed or self.fresh):  # whatever could not start still cannot
             return []
-        self.changed = False
+        if self.freed or not self.settled:
+            return self._full_pass(now)
+        return self._arrivals_pass(now)
+
+    def _full_pass(self, now: float) -> list[int]:
+        self.freed = False
+        self.fresh = []
         started: list[int] = []
-        if self.policy != "sjf":
+        if self.policy == "sjf":
+            self.settled = not self.user_limit
+        else:
             head = self._start_in_order(now, started)
+            self.settled = head >= 0 and not self.user_limit
             if head < 0 or self.policy == "fcfs" or not self._block(head, now):
                 return started
         self._backfill_pass(now, started)
         return started
 
+    def _arrivals_pass(self, now: float) -> list[int]:
+        """Only jobs arrived since the last (settled) pass: only their classes may start."""
+        fresh, self.fresh = self.fresh, []
+        if self.policy == "fcfs":  # the head is still blocked
+            return []
+        if self.policy == "easy" and now >= self.reservation[0]:
+            return self._full_pass(now)  # the head's reservation is due again: a new one
+        if self.policy != "sjf" and not self._block(self.head, now):
+            return []
+        started: list[int] = []
+        shapes = self.shapes
+        self._backfill_pass(now, started, {shapes[i] for i in fresh})
+        return started
+
     def _start_in_order(self, now: float, started: list[int]) -> int:
         """Start jobs in queue order until one does not fit; returns that blocked head (or -1)."""
         queue, state, place = self.queue, self.state, self.cluster.place
+        shapes, pools, user_limit = self.shapes, self.pools, self.user_limit
         while True:
-            while queue and state[queue[0][1]] != WAITING:
-                heappop(queue)
-            if not queue:
+            entry = queue.head(state)
+            if entry is None:
                 return -1
-            i = queue[0][1]
-            if self._over_limit(i):
+            i = entry[1]
+            if user_limit and self._over_limit(i):
                 continue
-            alloc = place(self.shapes[i], self.pools[i])
+            alloc = place(shapes[i], pools[i])
             if alloc is None:
                 return i
-            heappop(queue)
+            queue.pop()
             self._start(i, alloc, now, started)
 
-    def _backfill_pass(self, now: float, started: list[int]) -> None:
+    def _backfill_pass(
+        self, now: float, started: list[int], only: set[Shape] | None = None
+    ) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
-        Only classes whose shape can fit in the currently freest node are looked at; within a
-        pass free GPUs only shrink, so a class that fails to place is dropped for the pass.
+        Only classes whose shape can fit in the currently freest node are looked at (and, if
+        given, only those in `only`); within a pass free GPUs only shrink, so a class that fails
+        to place is dropped for the pass.
         """
         most_free = max(self.cluster.general.max_free, self.cluster.small.max_free)
         classes, state = self.classes, self.state
@@ -243,26 +279,27 @@ class Scheduler:
         for per, key in self.class_order:
             if per > most_free:
                 break
-            if key != blocked_key:
-                entry = _head(classes[key], state)
+            if key != blocked_key and (only is None or key in only):
+                entry = classes[key].head(state)
                 if entry is not None:
                     cands.append((entry, key))
         heapify(cands)
         backfill = self._may_backfill if self.policy != "sjf" else self._place
+        user_limit, gpus = self.user_limit, self.gpus
         while cands:
             entry, key = cands[0]
             i = entry[1]
-            heap = classes[key]
-            if self._over_limit(i):
-                self._next_in_class(cands, heap, key)
+            lane = classes[key]
+            if user_limit and self._over_limit(i):
+                self._next_in_class(cands, lane, key)
                 continue
-            j, alloc = backfill(i, heap, now)
+            j, alloc = backfill(i, lane, now)
             if alloc is None:
                 heappop(cands)
                 continue
             self._start(j, alloc, now, started)
-            self.budget_used += self.gpus[j]
-            self._next_in_class(cands, heap, key)
+            self.budget_used += gpus[j]
+            self._next_in_class(cands, lane, key)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -275,15 +312,16 @@ class Scheduler:
     def _start(self, i: int, alloc: Alloc, now: float, started: list[int]) -> None:
         self.state[i] = RUNNING
         self.allocs[i] = alloc
-        self.running_by_user[self.users[i]] += 1
+        if self.user_limit:
+            self.running_by_user[self.users[i]] += 1
         if self.policy == "easy":
             end = now + self.estimates[i]
             self.end_estimates[i] = end
             bisect.insort(self.ends, (end, i))
         started.append(i)
 
-    def _next_in_class(self, cands: list, heap: list, key: object) -> None:
-        entry = _head(heap, self.state)
+    def _next_in_class(self, cands: list, lane: Lane, key: Shape) -> None:
+        entry = lane.head(self.state)
         if entry is None:
             heappop(cands)
         else:
@@ -304,7 +342,7 @@ class Scheduler:
             return now - self.head_since < self.settings.max_head_wait_s
         return self.budget_used < self.settings.backfill_budget * self.gpus[i]
 
-    def _place(self, i: int, heap: list, now: float) -> tuple[int, Alloc | None]:
+    def _place(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
         return i, self.cluster.place(self.shapes[i], self.pools[i])
 
     def _over_limit(self, i: int) -> bool:
@@ -315,7 +353,7 @@ class Scheduler:
         self.held[self.users[i]].append(i)
         return True
 
-    def _may_backfill(self, i: int, heap: list, now: float) -> tuple[int, Alloc | None]:
+    def _may_backfill(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
         """May job `i` (head of its class) start past the blocked head? Returns (job, alloc)."""
         place = self.cluster.place
         if self.policy == "sing":
@@ -332,9 +370,7 @@ class Scheduler:
             return i, alloc
         # The oldest job of this class is too long to end before the reservation and there is no
         # room outside it; a shorter job of the same class further back may still fit in time.
-        for depth, (_, j) in enumerate(_in_order(heap)):
-            if depth > self.settings.easy_depth:
-                break
+        for _, j in lane.first(self.settings.easy_depth + 1):
             if self.state[j] == WAITING and now + self.estimates[j] <= until:
                 return j, place(self.shapes[j], self.pools[j])
         return i, None
@@ -367,21 +403,3 @@ class Scheduler:
                     if len(ready) >= nodes:
                         return max(end, now), ready if nodes > 1 else {node}
         return INF, set()
-
-
-def _head(heap: list, state: list[int]) -> tuple[float, int] | None:
-    """The class's first waiting entry, dropping entries of jobs that left the queue meanwhile."""
-    while heap and state[heap[0][1]] != WAITING:
-        heappop(heap)
-    return heap[0] if heap else None
-
-
-def _in_order(heap: list) -> Iterator[tuple[float, int]]:
-    """A heap's entries in sorted order, lazily (O(log k) each for the first k), heap untouched."""
-    frontier = [(heap[0], 0)] if heap else []
-    while frontier:
-        entry, pos = heappop(frontier)
-        yield entry
-        for child in (2 * pos + 1, 2 * pos + 2):
-            if child < len(heap):
-                heappush(frontier, (heap[child], child))
