@@ -25,11 +25,14 @@ def pseudonymize(column: pa.ChunkedArray | pa.Array, key: bytes, kind: str) -> p
     """Replace each value by `kind` + '_' + HMAC-SHA256(key, kind:value), nulls kept."""
     column = pa.chunked_array([column]) if isinstance(column, pa.Array) else column
     encoded = pc.dictionary_encode(column.combine_chunks())
-    prefix = f"{kind}:".encode()
-    names = [
-        f"{kind}_" + hmac.digest(key, prefix + value.encode(), hashlib.sha256).hex()[:PSEUDONYM_HEX]
-        for value in encoded.dictionary.to_pylist()
-    ]
+    keyed = hmac.new(key, f"{kind}:".encode(), hashlib.sha256)
+
+    def name(value: str, copy=keyed.copy) -> str:  # copying the keyed state skips re-keying
+        mac = copy()
+        mac.update(value.encode())
+        return f"{kind}_{mac.hexdigest()[:PSEUDONYM_HEX]}"
+
+    names = list(map(name, encoded.dictionary.to_pylist()))
     return pc.take(pa.array(names, pa.string()), encoded.indices)
 
 
@@ -42,24 +45,40 @@ def apply_k_anonymity(jobs: pa.Table, k: int, rare_shapes: str) -> tuple[pa.Tabl
     """
     con = sql.connect()
     con.register("jobs", jobs)
-    others = ", ".join(f'"{c}"' for c in jobs.column_names if c not in ("group", "gpu_model"))
-    shape_users = 'count(DISTINCT "user") OVER (PARTITION BY num_nodes, gpus_per_node, gpu_model)'
     generalize = "TRUE" if rare_shapes == "generalize" else "FALSE"
     keep_rare = "TRUE" if rare_shapes == "keep" else "FALSE"
     out = con.sql(
         f"""
-        WITH merged AS (
-            SELECT {others},
-                   CASE WHEN "group" IS NULL THEN NULL
-                        WHEN count(DISTINCT "user") OVER (PARTITION BY "group") < $k
-                        THEN '{OTHER}' ELSE "group" END AS "group",
-                   CASE WHEN {generalize} AND {shape_users} < $k
-                        THEN '{OTHER}' ELSE gpu_model END AS gpu_model
-            FROM jobs
+        WITH group_users AS (
+            SELECT "group", count(DISTINCT "user") AS n FROM jobs GROUP BY ALL
+        ),
+        shape_users AS (
+            SELECT {SHAPE}, count(DISTINCT "user") AS n FROM jobs GROUP BY ALL
+        ),
+        merged AS (
+            SELECT j.* EXCLUDE ("group", gpu_model),
+                   CASE WHEN g.n < $k THEN '{OTHER}' ELSE j."group" END AS "group",
+                   CASE WHEN {generalize} AND s.n < $k THEN '{OTHER}' ELSE j.gpu_model END
+                       AS gpu_model
+            FROM jobs j
+            LEFT JOIN group_users g ON j."group" = g."group"
+            JOIN shape_users s ON {_same_shape("j", "s")}
+        ),
+        merged_shapes AS (
+            SELECT {SHAPE}, count(DISTINCT "user") AS n FROM merged GROUP BY ALL
         )
-        SELECT {", ".join(f'"{c}"' for c in jobs.column_names)} FROM merged
-        QUALIFY {keep_rare} OR {shape_users} >= $k
+        SELECT {", ".join(f'm."{c}"' for c in jobs.column_names)}
+        FROM merged m JOIN merged_shapes s ON {_same_shape("m", "s")}
+        WHERE {keep_rare} OR s.n >= $k
         """,
         params={"k": k},
     ).to_arrow_table()
     return out, jobs.num_rows - out.num_rows
+
+
+SHAPE = "num_nodes, gpus_per_node, gpu_model"
+
+
+def _same_shape(a: str, b: str) -> str:
+    """Join condition on the shape columns, where an unknown (null) value matches itself."""
+    return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in SHAPE.split(", "))

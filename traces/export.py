@@ -26,21 +26,40 @@ from traces.package import ReleaseInfo, write_trace, zip_trace
 from traces.settings import TraceSettings, load_key
 from warehouse.store import Warehouse
 
-# Selected jobs with real ids; `node_map` renames nodes. Parameters: $since, $until.
-JOBS_SQL = f"""
-WITH sel AS (
-    SELECT * FROM jobs WHERE submit_time >= $since AND submit_time < $until
-),
-gpu AS (
+# Staged once into temporary tables, since each is read several times: the jobs submitted in
+# the window (`sel`, real ids; the job name is never selected) and their per-GPU and per-node
+# rollups. Parameters: $since, $until.
+STAGE_SQL = """
+CREATE TEMP TABLE sel AS
+    SELECT * EXCLUDE (name) FROM jobs WHERE submit_time >= $since AND submit_time < $until;
+CREATE TEMP TABLE gpu AS
     SELECT job_id, node, gpu_index,
            sum(samples) AS n, sum(util_sum) AS util_sum, max(util_max) AS util_max,
            sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_n, max(mem_peak_bytes) AS mem_peak,
            max(energy_max_j) - min(energy_min_j) AS energy
-    FROM job_gpu_usage
-    WHERE job_id IN (SELECT job_id FROM sel) AND day <= $until::DATE
-    GROUP BY ALL
-),
-gpu_job AS (
+    FROM job_gpu_usage SEMI JOIN sel USING (job_id)
+    WHERE day <= $until::DATE
+    GROUP BY ALL;
+CREATE TEMP TABLE rdma AS
+    SELECT job_id, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
+    FROM job_rdma_usage SEMI JOIN sel USING (job_id)
+    WHERE day <= $until::DATE
+    GROUP BY ALL;
+"""
+
+# Every node the selected jobs touched, renamed in name order.
+NODE_MAP_SQL = """
+CREATE TEMP TABLE node_map AS
+SELECT node, printf('n%0' || $width || 'd', row_number() OVER (ORDER BY node)) AS alias
+FROM (
+    SELECT unnest(nodes) AS node FROM sel
+    UNION SELECT node FROM gpu
+    UNION SELECT node FROM rdma
+) WHERE node IS NOT NULL
+"""
+
+JOBS_SQL = f"""
+WITH gpu_job AS (
     SELECT job_id,
            sum(util_sum) / nullif(sum(n), 0) AS gpu_util_mean,
            median(util_sum / nullif(n, 0)) AS gpu_util_p50,
@@ -51,22 +70,20 @@ gpu_job AS (
            sum(energy) AS energy_j
     FROM gpu GROUP BY job_id
 ),
-rdma AS (
-    SELECT job_id, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
-    FROM job_rdma_usage
-    WHERE job_id IN (SELECT job_id FROM sel) AND day <= $until::DATE
-    GROUP BY ALL
-),
 job_nodes AS (
     SELECT job_id, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i FROM sel
 ),
-node_lists AS (
-    SELECT jn.job_id,
-           list(m.alias ORDER BY jn.i) AS nodes,
-           list(r.tx ORDER BY jn.i) AS node_rdma_tx_bytes,
-           list(r.rx ORDER BY jn.i) AS node_rdma_rx_bytes
+node_entries AS (  -- sorting each small list beats an ordered aggregate (list ... ORDER BY)
+    SELECT jn.job_id, list_sort(list({{'i': jn.i, 'node': m.alias, 'tx': r.tx, 'rx': r.rx}})) AS l
     FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma r USING (job_id, node)
     GROUP BY jn.job_id
+),
+node_lists AS (
+    SELECT job_id,
+           list_transform(l, lambda e: e.node) AS nodes,
+           list_transform(l, lambda e: e.tx) AS node_rdma_tx_bytes,
+           list_transform(l, lambda e: e.rx) AS node_rdma_rx_bytes
+    FROM node_entries
 ),
 times AS (
     SELECT *,
@@ -89,29 +106,17 @@ SELECT t.job_id, t."user", t.account AS "group",
             WHEN t.exit_code = 0 THEN 'success'
             WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus,
-       (SELECT any_value(n.gpu_model) FROM nodes n WHERE n.node = t.nodes[1]) AS gpu_model,
+       n.gpu_model,
        t.time_limit_s, t.interactive, t.censored, t.dependencies,
        nl.nodes, g.* EXCLUDE (job_id),
-       (SELECT sum(tx) FROM rdma r WHERE r.job_id = t.job_id)::BIGINT AS rdma_tx_bytes,
-       (SELECT sum(rx) FROM rdma r WHERE r.job_id = t.job_id)::BIGINT AS rdma_rx_bytes,
+       rt.tx::BIGINT AS rdma_tx_bytes, rt.rx::BIGINT AS rdma_rx_bytes,
        nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
 FROM times t
 LEFT JOIN gpu_job g USING (job_id)
 LEFT JOIN node_lists nl USING (job_id)
-ORDER BY submit_s, t.job_id
-"""
-
-NODES_SQL = """
-SELECT DISTINCT node FROM (
-    SELECT unnest(nodes) AS node FROM jobs
-    WHERE submit_time >= $since AND submit_time < $until
-    UNION ALL
-    SELECT node FROM job_gpu_usage WHERE job_id IN (
-        SELECT job_id FROM jobs WHERE submit_time >= $since AND submit_time < $until)
-    UNION ALL
-    SELECT node FROM job_rdma_usage WHERE job_id IN (
-        SELECT job_id FROM jobs WHERE submit_time >= $since AND submit_time < $until)
-) WHERE node IS NOT NULL ORDER BY node
+LEFT JOIN (SELECT job_id, sum(tx) AS tx, sum(rx) AS rx FROM rdma GROUP BY job_id) rt USING (job_id)
+LEFT JOIN (SELECT node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY node) n
+       ON n.node = t.nodes[1]
 """
 
 # Per job, node, minute from the raw samples of the kept jobs (`kept` holds their real ids).
@@ -181,10 +186,13 @@ def build_release(
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     con = wh.connect()
     params = {"since": since, "until": until}
-    real_nodes = [row[0] for row in con.execute(NODES_SQL, params).fetchall()]
-    width = max(3, len(str(len(real_nodes))))
-    aliases = [f"n{i:0{width}d}" for i in range(1, len(real_nodes) + 1)]
-    con.register("node_map", pa.table({"node": real_nodes, "alias": aliases}))
+    for statement in filter(str.strip, STAGE_SQL.split(";")):
+        con.execute(statement, {k: v for k, v in params.items() if f"${k}" in statement})
+    nodes = con.execute(
+        "SELECT count(*) FROM (SELECT unnest(nodes) FROM sel UNION SELECT node FROM gpu "
+        "UNION SELECT node FROM rdma)"
+    ).fetchone()[0]
+    con.execute(NODE_MAP_SQL, {"width": max(3, len(str(nodes)))})
     raw = con.sql(JOBS_SQL, params=params).to_arrow_table()
     kept, suppressed = apply_k_anonymity(raw, settings.k, settings.rare_shapes)
     kept = kept.sort_by([("submit_s", "ascending"), ("job_id", "ascending")])
@@ -202,7 +210,7 @@ def build_release(
         release_end=until,
         source="sing export",
         collection=_collection_text(settings),
-        anonymization=_anonymization_lines(settings, suppressed, len(real_nodes)),
+        anonymization=_anonymization_lines(settings, suppressed, nodes),
         biases=BIASES,
     )
     return Release(jobs, series, info, suppressed)
