@@ -303,3 +303,11 @@ def test_cli_export(warehouse, tmp_path, capsys):
         ]
     )
     assert code == 1 and "must be after" in capsys.readouterr().err
+
+
+def test_dropped_fields_are_absent_and_trace_still_valid(warehouse, tmp_path):
+    settings = TraceSettings(drop=("dependencies", "partition"))
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=settings)
+    names = pq.read_schema(tmp_path / "t" / "jobs.parquet").names
+    assert "dependencies" not in names and "partition" not in names and "user" in names
+    assert validate(tmp_path / "t") == []
