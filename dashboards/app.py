@@ -52,7 +52,8 @@ if viewer is None and demo:
         name = st.selectbox("User", names, key="demo_user") if role == access.USER else "demo"
     viewer = access.Viewer(name, role, demo=True)
 
-if viewer is None:
+
+def sign_in_screen() -> None:
     st.title("sing")
     if settings.auth == "header":
         st.error(
@@ -67,6 +68,12 @@ if viewer is None:
     else:
         st.info("Sign in to see the cluster.")
         st.button("Sign in", on_click=st.login, type="primary")
+
+
+if viewer is None:
+    # Calling st.navigation (with only this screen) also keeps Streamlit from serving the files
+    # in dashboards/pages/ as pages of their own, which it does for apps that never call it.
+    st.navigation([st.Page(sign_in_screen, title="Sign in")], position="hidden").run()
     st.stop()
 
 st.session_state[VISIT_KEY] = Visit(viewer, warehouse, config, demo)

@@ -43,6 +43,7 @@ def streamlit_command(args: argparse.Namespace, settings: DashboardSettings) -> 
         str(APP),
         "--server.headless=true",
         "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=viewer",
         f"--server.port={args.port or settings.port}",
         f"--server.address={args.address or settings.address}",
     ]

@@ -1,0 +1,224 @@
+"""The dashboards in a real browser: headless Debian Chromium, driven by Playwright, against a real
+`sing dashboard` process on a generated warehouse.
+
+Screenshots go to $SING_TEST_OUTPUT/dashboards (default build/test-output/dashboards) as
+artifacts for CI.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.debian import ensure_packages
+from warehouse.store import Warehouse
+from warehouse.synthetic import generate
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).parents[1]
+CHROMIUM = "/usr/bin/chromium"
+OUTPUT = Path(os.environ.get("SING_TEST_OUTPUT", REPO / "build" / "test-output")) / "dashboards"
+END = datetime(2026, 6, 1, tzinfo=UTC)
+# URL path of each page -> how many charts it draws on the demo data.
+PAGES = {
+    "": 3,
+    "idle": 1,
+    "nodes": 1,
+    "fairness": 3,
+    "my-jobs": 1,
+    "job": 4,
+    "traces": 0,
+    "simulator": 1,
+}
+CHART = '[data-testid="stVegaLiteChart"]'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("browser") / "wh"
+    generate(Warehouse(root), days=2, seed=1, end=END)
+    return root
+
+
+def serve(warehouse: Path, config: Path, *extra: str) -> Iterator[str]:
+    """Run `sing dashboard` until the generator is closed; yields its URL once healthy."""
+    port = free_port()
+    log = open(config.with_suffix(f".{port}.log"), "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sing.cli",
+            "--config",
+            str(config),
+            "--warehouse",
+            str(warehouse),
+            "dashboard",
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=config.parent,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"sing dashboard did not start: {config.with_suffix(f'.{port}.log')}"
+                    ) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def demo_url(warehouse: Path) -> Iterator[str]:
+    config = warehouse.parent / "sing.toml"
+    config.write_text('[site]\ncluster = "campus"\n')
+    yield from serve(warehouse, config, "--demo")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ensure_packages("chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def settle(page) -> None:
+    """Wait until the script run is over: the app shows a title and no running indicator."""
+    page.wait_for_selector("h1", timeout=60_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
+    )
+    page.wait_for_timeout(500)  # charts draw after the run ends
+
+
+def metric_values(page) -> dict[str, str]:
+    labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+    values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    return dict(zip(labels, values, strict=True))
+
+
+def first_job(warehouse: Path) -> str:
+    con = Warehouse(warehouse).connect()
+    return con.execute(
+        "SELECT min(job_id) FROM jobs WHERE job_id IN (SELECT job_id FROM gpu_samples)"
+    ).fetchall()[0][0]
+
+
+def test_every_page_renders_without_error(browser, demo_url: str, warehouse: Path) -> None:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    # Streamlit scrolls inside the page, so a tall window stands in for a full-page screenshot.
+    page = browser.new_page(viewport={"width": 1400, "height": 3200})
+    for path, charts in PAGES.items():
+        query = f"?job={first_job(warehouse)}" if path == "job" else ""
+        page.goto(f"{demo_url}/{path}{query}")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('{CHART}').length >= {charts}", timeout=60_000
+        )
+        settle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+        assert "Demo mode" in page.inner_text("body"), path
+        page.screenshot(path=str(OUTPUT / f"{path or 'cluster'}.png"))
+        if path == "":
+            assert metric_values(page)["GPU assignment rate"].endswith("%")
+    page.close()
+
+
+def test_a_filter_changes_the_numbers(browser, demo_url: str) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{demo_url}/nodes")
+    page.wait_for_selector('[data-testid="stMetricValue"]', timeout=60_000)
+    settle(page)
+    before = metric_values(page)
+    assert set(before) >= {"1 node", "8 nodes"}
+    page.get_by_role("combobox", name="Partition").click()
+    page.get_by_role("option", name="interactive").click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-testid=\"stMetricLabel\"]').length === 1",
+        timeout=60_000,
+    )
+    settle(page)
+    after = metric_values(page)
+    assert list(after) == ["1 node"] and after["1 node"] != before["1 node"]
+    page.close()
+
+
+def test_the_trace_download_is_a_trace_package(browser, demo_url: str) -> None:
+    page = browser.new_page(accept_downloads=True)
+    page.goto(f"{demo_url}/traces")
+    settle(page)
+    with page.expect_download(timeout=60_000) as info:
+        page.get_by_role("button", name="Download trace (zip)").click()
+    archive = zipfile.ZipFile(io.BytesIO(Path(info.value.path()).read_bytes()))
+    names = archive.namelist()
+    assert any(n.endswith("datapackage.json") for n in names), names
+    assert any(n.endswith("jobs.parquet") for n in names), names
+    page.close()
+
+
+def test_proxy_header_identity_and_a_user_kept_to_own_jobs(browser, warehouse: Path) -> None:
+    config = warehouse.parent / "header.toml"
+    config.write_text('[dashboard]\nauth = "header"\n[roles]\nadmins = ["ghopper"]\n')
+    con = Warehouse(warehouse).connect()
+    theirs = con.execute(
+        "SELECT min(job_id) FROM jobs WHERE \"user\" <> 'aturing' AND start_time IS NOT NULL"
+    ).fetchall()[0][0]
+    for url in serve(warehouse, config):
+        anonymous = browser.new_page()
+        anonymous.goto(url)
+        anonymous.wait_for_selector("h1", timeout=60_000)
+        assert "did not send the X-Remote-User header" in anonymous.inner_text("body")
+        assert anonymous.locator('[data-testid="stMetric"]').count() == 0
+        anonymous.goto(f"{url}/cluster")  # a page's own URL shows the same refusal
+        anonymous.wait_for_selector("h1", timeout=60_000)
+        assert "did not send the X-Remote-User header" in anonymous.inner_text("body")
+        assert "Idle jobs" not in anonymous.inner_text("body")
+        user = browser.new_page(extra_http_headers={"X-Remote-User": "aturing"})
+        user.goto(f"{url}/job?job={theirs}")
+        settle(user)
+        text = user.inner_text("body")
+        assert f"No job {theirs} that you may see." in text and "aturing (user)" in text
+        assert user.locator('[data-testid="stMetric"]').count() == 0
+        user.goto(f"{url}/idle")  # an admin page: not registered for a user
+        settle(user)
+        assert user.locator("h1").first.inner_text() != "Idle jobs"
+        admin = browser.new_page(extra_http_headers={"X-Remote-User": "ghopper"})
+        admin.goto(f"{url}/idle")
+        settle(admin)
+        assert admin.locator("h1").first.inner_text() == "Idle jobs"
