@@ -198,9 +198,13 @@ class Cluster:
         """Give a job's GPUs back."""
         free, free_count, pool_of = self.free, self.free_count, self.pool_of
         for node, gpus in alloc:
-            free[node].extend(reversed(gpus))
+            k = len(gpus)
+            if k == 1:
+                free[node].append(gpus[0])
+            else:
+                free[node].extend(reversed(gpus))
             c = free_count[node]
-            new = free_count[node] = c + len(gpus)
+            new = free_count[node] = c + k
             pool = pool_of[node]
             pool.by_free[c].discard(node)
             pool.by_free[new].add(node)

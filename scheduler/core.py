@@ -192,8 +192,7 @@ class Scheduler:
             lane = self.classes.get(key)
             if lane is None:
                 lane = self.classes[key] = Lane()
-                # placement "any" (0 nodes) can use a single free GPU on each of several nodes
-                bisect.insort(self.class_order, (key[1] if key[0] else 1, key))
+                bisect.insort(self.class_order, (_need(key), key))
             lane.push(entry)
         self.fresh.append(i)
 
@@ -212,11 +211,11 @@ class Scheduler:
 
     def run_pass(self, now: float) -> list[int]:
         """One scheduling pass; returns the indices of the jobs it started (placed in `allocs`)."""
-        if not (self.freed or self.fresh):  # whatever could not start still cannot
-            return []
-        if self.freed or not self.settled:
+        if self.freed or (self.fresh and not self.settled):
             return self._full_pass(now)
-        return self._arrivals_pass(now)
+        if self.fresh:
+            return self._arrivals_pass(now)
+        return []  # nothing happened since the last pass: whatever could not start still cannot
 
     def _full_pass(self, now: float) -> list[int]:
         self.freed = False
@@ -239,11 +238,13 @@ class Scheduler:
             return []
         if self.policy == "easy" and now >= self.reservation[0]:
             return self._full_pass(now)  # the head's reservation is due again: a new one
-        if self.policy != "sjf" and not self._block(self.head, now):
+        most_free = max(self.cluster.general.max_free, self.cluster.small.max_free)
+        shapes = self.shapes
+        fitting = {key for key in map(shapes.__getitem__, fresh) if _need(key) <= most_free}
+        if not fitting or (self.policy != "sjf" and not self._block(self.head, now)):
             return []
         started: list[int] = []
-        shapes = self.shapes
-        self._backfill_pass(now, started, {shapes[i] for i in fresh})
+        self._backfill_pass(now, started, fitting)
         return started
 
     def _start_in_order(self, now: float, started: list[int]) -> int:
@@ -284,22 +285,35 @@ class Scheduler:
                 if entry is not None:
                     cands.append((entry, key))
         heapify(cands)
-        backfill = self._may_backfill if self.policy != "sjf" else self._place
+        easy = self.policy == "easy"
+        # sing's budget rule: GPUs backfilled past this head may total at most `cap`.
+        budget = self.policy == "sing" and self.settings.backfill_rule == "budget"
+        cap = self.settings.backfill_budget * self.gpus[self.head] if budget else INF
+        place, shapes, pools = self.cluster.place, self.shapes, self.pools
         user_limit, gpus = self.user_limit, self.gpus
         while cands:
             entry, key = cands[0]
             i = entry[1]
             lane = classes[key]
             if user_limit and self._over_limit(i):
-                self._next_in_class(cands, lane, key)
-                continue
-            j, alloc = backfill(i, lane, now)
-            if alloc is None:
+                alloc = None  # i is held: go on with the next of its class
+            else:
+                if easy:
+                    i, alloc = self._easy_backfill(i, lane, now)
+                elif self.budget_used + gpus[i] > cap:
+                    alloc = None
+                else:
+                    alloc = place(shapes[i], pools[i])
+                if alloc is None:
+                    heappop(cands)  # a class that failed stays failed for this pass
+                    continue
+                self._start(i, alloc, now, started)
+                self.budget_used += gpus[i]
+            entry = lane.head(state)
+            if entry is None:
                 heappop(cands)
-                continue
-            self._start(j, alloc, now, started)
-            self.budget_used += gpus[j]
-            self._next_in_class(cands, lane, key)
+            else:
+                heapreplace(cands, (entry, key))
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -320,13 +334,6 @@ class Scheduler:
             bisect.insort(self.ends, (end, i))
         started.append(i)
 
-    def _next_in_class(self, cands: list, lane: Lane, key: Shape) -> None:
-        entry = lane.head(self.state)
-        if entry is None:
-            heappop(cands)
-        else:
-            heapreplace(cands, (entry, key))
-
     def _block(self, i: int, now: float) -> bool:
         """Job `i` is the head and does not fit; returns whether anything may backfill past it."""
         if i != self.head:
@@ -342,9 +349,6 @@ class Scheduler:
             return now - self.head_since < self.settings.max_head_wait_s
         return self.budget_used < self.settings.backfill_budget * self.gpus[i]
 
-    def _place(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
-        return i, self.cluster.place(self.shapes[i], self.pools[i])
-
     def _over_limit(self, i: int) -> bool:
         """Per-user limit: a job of a user at the limit is held until one of theirs ends."""
         if not self.user_limit or self.running_by_user[self.users[i]] < self.user_limit:
@@ -353,15 +357,10 @@ class Scheduler:
         self.held[self.users[i]].append(i)
         return True
 
-    def _may_backfill(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
-        """May job `i` (head of its class) start past the blocked head? Returns (job, alloc)."""
+    def _easy_backfill(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
+        """May job `i` (head of its class) or one behind it start without delaying the blocked
+        head's reservation? Returns (job, alloc)."""
         place = self.cluster.place
-        if self.policy == "sing":
-            if self.settings.backfill_rule == "budget":
-                cap = self.settings.backfill_budget * self.gpus[self.head]
-                if self.budget_used + self.gpus[i] > cap:
-                    return i, None
-            return i, place(self.shapes[i], self.pools[i])
         until, reserved = self.reservation
         if now + self.estimates[i] <= until:
             return i, place(self.shapes[i], self.pools[i])
@@ -403,3 +402,11 @@ class Scheduler:
                     if len(ready) >= nodes:
                         return max(end, now), ready if nodes > 1 else {node}
         return INF, set()
+
+
+def _need(shape: Shape) -> int:
+    """The free GPUs one node needs for a job of this shape to start (the class order's key).
+
+    Placement "any" (0 nodes) can use a single free GPU on each of several nodes.
+    """
+    return shape[1] if shape[0] else 1

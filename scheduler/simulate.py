@@ -8,6 +8,7 @@ exactly `duration` seconds later.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from heapq import heappop, heappush
 
@@ -62,9 +63,17 @@ def replay(
             jobs.duration[k],
             jobs.time_limit[k],
         )
-    began = time.perf_counter()
-    start = _run(sched, jobs.submit, jobs.duration)
-    wall = time.perf_counter() - began
+    # The event loop makes no reference cycles, so the cyclic garbage collector would only rescan
+    # the (many, long-lived) job columns over and over: pausing it doubles the replay speed.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        began = time.perf_counter()
+        start = _run(sched, jobs.submit, jobs.duration)
+        wall = time.perf_counter() - began
+    finally:
+        if collecting:
+            gc.enable()
     return Replay(sched.policy, jobs, sched.cluster, start, sched.gpus, sched.allocs, wall)
 
 
