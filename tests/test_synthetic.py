@@ -193,6 +193,23 @@ def test_idle_multinode_jobs_are_found(ten_days: Warehouse) -> None:
     assert found["low_rdma"].all()
 
 
+def test_queue_stays_bounded_over_a_quarter() -> None:
+    """90 days of arrivals placed on 16 x 8 GPUs (no samples: 1 s): the backlog must not grow.
+
+    A campus queue has waits of hours, not weeks; an over-capacity arrival rate shows as waits
+    that grow every week and jobs that never start.
+    """
+    seconds = 90 * 86_400
+    jobs = draw_jobs(np.random.default_rng(0), seconds, 128)
+    place_jobs(jobs, 16, 8)
+    late = [j for j in jobs if seconds - 35 * 86_400 < j.submit < seconds - 28 * 86_400]
+    waits_h = [((j.start if 0 <= j.start < seconds else seconds) - j.submit) / 3600 for j in late]
+    assert np.mean(waits_h) < 24, f"jobs submitted on days 55-62 wait {np.mean(waits_h):.0f} h"
+    early = [j for j in jobs if j.submit < seconds - 2 * 86_400]
+    never = sum(1 for j in early if not 0 <= j.start < seconds)
+    assert never <= 0.01 * len(early), f"{never} of {len(early)} jobs never started"
+
+
 def test_demo_data_rejects_bad_sizes(tmp_path: Path) -> None:
     out = run_sing("--warehouse", str(tmp_path / "wh"), "demo-data", "--days", "0")
     assert out.returncode == 1
