@@ -83,6 +83,20 @@ def job_link_column() -> pl.Expr:
     return ("job?job=" + pl.col("job_id")).alias("job")
 
 
+# Column formats of the job tables (Idle jobs, My jobs); columns a table lacks are ignored.
+JOB_COLUMNS = {
+    "job": st.column_config.LinkColumn("job", display_text=r"job=(.*)"),
+    "num_nodes": "nodes",
+    "num_gpus": "GPUs",
+    "hours": st.column_config.NumberColumn("run time h", format="%.1f"),
+    "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
+    "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
+    "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
+    "wasted_gpu_hours": st.column_config.NumberColumn("wasted GPU-h", format="%.1f"),
+    "rdma_gb_per_node_hour": st.column_config.NumberColumn("RDMA GB/node-h", format="%.2f"),
+}
+
+
 def percent(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{ratio:.0%}"
 

@@ -5,7 +5,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import data
-from dashboards.widgets import data_span, hours, job_link_column, visit, window_picker
+from dashboards.widgets import JOB_COLUMNS, data_span, hours, job_link_column, visit, window_picker
 
 v = visit()
 span = data_span(v)
@@ -55,15 +55,7 @@ table = jobs.select(
 st.dataframe(
     table,
     hide_index=True,
-    column_config={
-        "job": st.column_config.LinkColumn("job", display_text=r"job=(.*)"),
-        "num_nodes": "nodes",
-        "num_gpus": "GPUs",
-        "hours": st.column_config.NumberColumn("run time h", format="%.1f"),
-        "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
-        "wasted_gpu_hours": st.column_config.NumberColumn("wasted GPU-h", format="%.1f"),
-        "rdma_gb_per_node_hour": st.column_config.NumberColumn("RDMA GB/node-h", format="%.2f"),
-    },
+    column_config=JOB_COLUMNS,
 )
 
 if jobs.height:

@@ -7,6 +7,7 @@ import streamlit as st
 from dashboards import data
 from dashboards.access import ADMIN
 from dashboards.widgets import (
+    JOB_COLUMNS,
     data_span,
     hours,
     job_link_column,
@@ -76,15 +77,7 @@ st.dataframe(
         "idle_gpu_hours",
     ),
     hide_index=True,
-    column_config={
-        "job": st.column_config.LinkColumn("job", display_text=r"job=(.*)"),
-        "num_nodes": "nodes",
-        "num_gpus": "GPUs",
-        "hours": st.column_config.NumberColumn("run time h", format="%.1f"),
-        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
-        "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
-        "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
-    },
+    column_config=JOB_COLUMNS,
 )
 
 st.subheader("One job in detail")
