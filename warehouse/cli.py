@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from datetime import date, datetime
 from pathlib import Path
@@ -68,6 +69,10 @@ def run_read_only(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[tupl
     except duckdb.Error as err:
         raise UserError(f"SQL does not parse: {err}") from err
     for statement in statements:
+        if statement.type.name == "EXPLAIN" and not re.match(
+            r"\s*EXPLAIN\s+(ANALYZE\s+)?(SELECT|FROM|WITH)\b", statement.query, re.IGNORECASE
+        ):
+            raise UserError("only read-only queries are allowed, not EXPLAIN of a non-SELECT")
         if statement.type.name not in READ_ONLY_STATEMENTS:
             raise UserError(f"only read-only queries are allowed, not {statement.type.name}")
     if len(statements) != 1:

@@ -84,11 +84,11 @@ def next_sequence() -> int:
     return time.time_ns()
 
 
-def write_atomic(directory: Path, table: pa.Table) -> DataFile:
-    """Write `table` as a new data file in `directory`, numbered with a fresh sequence."""
+def write_temporary(directory: Path, table: pa.Table) -> Path:
+    """Write `table` under a temporary name in `directory`; `commit_written` publishes it."""
     tmp = temporary_path(directory)
     pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS)
-    return commit_written(tmp, directory)
+    return tmp
 
 
 def commit_written(tmp: Path, directory: Path, covering: list[DataFile] | None = None) -> DataFile:

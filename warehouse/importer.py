@@ -58,7 +58,7 @@ def _read_csv(path: Path, spec) -> pa.Table:
         )
     except duckdb.Error as err:
         raise UserError(f"{path}: cannot read as CSV: {err}") from err
-    columns = [c for c in con.execute("SELECT * FROM raw LIMIT 0").fetch_arrow_table().column_names]
+    columns = [c for c in con.sql("SELECT * FROM raw LIMIT 0").columns]
     unknown = [c for c in columns[1:] if c not in spec.schema.names]
     if unknown:
         raise UserError(
@@ -82,7 +82,7 @@ def _read_csv(path: Path, spec) -> pa.Table:
         selects.append(
             f'CASE WHEN trim("{field.name}") = \'\' THEN NULL ELSE {expr} END AS "{field.name}"'
         )
-    return con.execute(f"SELECT {', '.join(selects)} FROM raw ORDER BY __row").fetch_arrow_table()
+    return con.sql(f"SELECT {', '.join(selects)} FROM raw ORDER BY __row").to_arrow_table()
 
 
 def _typed(field: pa.Field) -> tuple[str, str]:
@@ -91,6 +91,15 @@ def _typed(field: pa.Field) -> tuple[str, str]:
     if pa.types.is_timestamp(field.type):
         return f"TRY_CAST({col} AS TIMESTAMPTZ)", "ISO 8601 time such as 2026-01-05T10:00:00Z"
     if pa.types.is_list(field.type):
-        return f"list_transform(string_split({col}, ','), x -> trim(x))", "comma-separated list"
+        return (
+            f"string_split(regexp_replace(trim({col}), '\\s*,\\s*', ',', 'g'), ',')",
+            "comma-separated list",
+        )
     sql_type = _DUCKDB_TYPES[field.type]
+    if pa.types.is_integer(field.type):  # TRY_CAST('1.5' AS INTEGER) would round to 2
+        return (
+            f"CASE WHEN regexp_full_match(trim({col}), '[+-]?[0-9]+') "
+            f"THEN TRY_CAST({col} AS {sql_type}) END",
+            sql_type,
+        )
     return f"TRY_CAST({col} AS {sql_type})", sql_type

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from sing.errors import UserError
+
 if TYPE_CHECKING:
     from warehouse.store import Warehouse
 
@@ -50,7 +52,7 @@ def upgrade(wh: Warehouse) -> None:
         write_version(wh, CURRENT_VERSION)
         return
     if version > CURRENT_VERSION:
-        raise RuntimeError(
+        raise UserError(
             f"warehouse {wh.root} has schema version {version}, newer than this sing "
             f"({CURRENT_VERSION}); upgrade sing"
         )

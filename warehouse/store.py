@@ -82,10 +82,17 @@ class Warehouse:
         if batch.num_rows == 0:
             return 0
         if spec.is_samples:
-            for day, part in split_by_day(batch, spec.time_column):  # type: ignore[arg-type]
-                files.write_atomic(self.table_dir(name) / f"day={day.isoformat()}", part)
+            parts = [
+                (self.table_dir(name) / f"day={day.isoformat()}", part)
+                for day, part in split_by_day(batch, spec.time_column)  # type: ignore[arg-type]
+            ]
         else:
-            files.write_atomic(self.table_dir(name), batch)
+            parts = [(self.table_dir(name), batch)]
+        # All files are written before any is published, so a batch spanning several days
+        # becomes visible whole, unless the process dies within the few renames at the end.
+        written = [(directory, files.write_temporary(directory, part)) for directory, part in parts]
+        for directory, tmp in written:
+            files.commit_written(tmp, directory)
         return batch.num_rows
 
     # ---- reading -------------------------------------------------------------------------
@@ -138,10 +145,12 @@ class Warehouse:
         for day in sorted(set(raw_days) | set(rolled_days)):
             raw = files.live_files(raw_days[day]) if day in raw_days else []
             rolled = files.live_files(rolled_days[day]) if day in rolled_days else []
-            if rollup_is_current(rolled, raw):
-                stored.append(rolled[0].path)
-            else:
-                hot.extend(f.path for f in raw)
+            usable = usable_rollups(rolled, raw)
+            pending = not_rolled_up(raw, usable)
+            if pending and len(pending) < len(raw):  # stale while its raw is here: all live
+                usable, pending = [], raw
+            stored.extend(r.path for r in usable)
+            hot.extend(f.path for f in pending)
         return stored, hot
 
     # ---- maintenance ---------------------------------------------------------------------
@@ -204,9 +213,9 @@ class Warehouse:
                 continue
             for rollup in rollups:
                 out = self.rollup_dir(rollup.name) / f"day={day.isoformat()}"
-                if rollup_is_current(files.live_files(out), live):
+                if not not_rolled_up(live, usable_rollups(files.live_files(out), live)):
                     continue
-                src = f"read_parquet({_sql_list([live[0].path])})"
+                src = _source_sql(con, spec, [live[0].path])
                 tmp = files.temporary_path(out)
                 con.execute(
                     f"COPY ({rollup.select.replace('FROM src', f'FROM {src}')}) TO '{tmp}' "
@@ -260,25 +269,38 @@ class Warehouse:
                 if day >= horizon:
                     continue
                 live = files.live_files(day_dir)
-                if all(
-                    rollup_is_current(
-                        files.live_files(self.rollup_dir(r.name) / f"day={day.isoformat()}"), live
+                if not any(
+                    not_rolled_up(live, usable_rollups(files.live_files(d), live))
+                    for d in (
+                        self.rollup_dir(r.name) / f"day={day.isoformat()}"
+                        for r in rollups_of(spec.name)
                     )
-                    for r in rollups_of(spec.name)
                 ):
                     shutil.rmtree(day_dir)
                     removed.append(day_dir)
         return removed
 
 
-def rollup_is_current(rolled: list[files.DataFile], raw: list[files.DataFile]) -> bool:
-    """A stored rollup day is current when it was built from exactly the day's one live file
-    (or the raw day has since been aged out)."""
-    if len(rolled) != 1:
-        return False
-    if not raw:
-        return True
-    return len(raw) == 1 and (raw[0].first, raw[0].last) == (rolled[0].first, rolled[0].last)
+def _inside(f: files.DataFile, r: files.DataFile) -> bool:
+    return r.first <= f.first and f.last <= r.last
+
+
+def usable_rollups(rolled: list[files.DataFile], raw: list[files.DataFile]) -> list[files.DataFile]:
+    """Stored rollup files no live raw file straddles: each raw file is inside one or outside it.
+
+    A rollup file covers the sequence range of the raw file it was built from; a raw file that
+    overlaps that range without being inside it was merged from it plus later data, so the
+    rollup is stale and the merged raw file is aggregated live instead."""
+    return [
+        r
+        for r in rolled
+        if not any(f.first <= r.last and r.first <= f.last and not _inside(f, r) for f in raw)
+    ]
+
+
+def not_rolled_up(raw: list[files.DataFile], usable: list[files.DataFile]) -> list[files.DataFile]:
+    """Raw files no usable rollup summarises yet: the view aggregates these live."""
+    return [f for f in raw if not any(_inside(f, r) for r in usable)]
 
 
 def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
@@ -303,11 +325,17 @@ def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
                     f"to {field.type}: {err}"
                 ) from err
         elif field.name == "recorded_at":
-            column = pa.array([datetime.now(UTC)] * data.num_rows, field.type)
+            column = _recorded_now(data.num_rows, field.type)
         else:
             column = pa.nulls(data.num_rows, field.type)
         columns.append(column)
     batch = pa.Table.from_arrays(columns, schema=spec.schema)
+    if "recorded_at" in spec.schema.names and batch.column("recorded_at").null_count:
+        recorded = batch.column("recorded_at")
+        filled = pc.if_else(
+            pc.is_null(recorded), _recorded_now(batch.num_rows, recorded.type), recorded
+        )
+        batch = batch.set_column(spec.schema.get_field_index("recorded_at"), "recorded_at", filled)
     required = spec.key or (spec.time_column, "node")
     for name in required:
         nulls = batch.column(name).null_count
@@ -315,6 +343,13 @@ def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
             row = pc.index(pc.is_null(batch.column(name)), True).as_py()
             raise UserError(f"table {spec.name}: column {name} is empty in row {row + 1}")
     return batch
+
+
+def _recorded_now(rows: int, dtype: pa.DataType) -> pa.Array:
+    """Now, one microsecond apart per row, so a later row of a batch wins over an earlier one
+    for the same key (a job sent RUNNING then COMPLETED in one batch ends COMPLETED)."""
+    start = int(datetime.now(UTC).timestamp() * 1_000_000)
+    return pa.array(np.arange(start, start + rows, dtype=np.int64)).cast(dtype)
 
 
 def split_by_day(batch: pa.Table, time_column: str) -> Iterator[tuple[date, pa.Table]]:
@@ -383,13 +418,14 @@ def _create_rollup_view(
 def _source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Path]) -> str:
     """SQL for the table's rows in `paths` with the schema's columns and types."""
     columns = ", ".join(_q(f.name) for f in spec.schema)
+    empty = f"_empty_{spec.name}"
+    con.register(empty, spec.schema.empty_table())
     if not paths:
-        empty = f"_empty_{spec.name}"
-        con.register(empty, spec.schema.empty_table())
         return f"(SELECT {columns} FROM {empty})"
+    # The empty table supplies typed NULLs for columns added after some files were written.
     return (
-        f"(SELECT {columns} FROM read_parquet({_sql_list(paths)}, "
-        "union_by_name = true, hive_partitioning = false))"
+        f"(SELECT {columns} FROM (FROM {empty} UNION ALL BY NAME FROM read_parquet("
+        f"{_sql_list(paths)}, union_by_name = true, hive_partitioning = false)))"
     )
 
 
