@@ -70,7 +70,9 @@ def test_dashboards_read_while_a_writer_appends(tmp_path: Path, monkeypatch) -> 
             span = data.span(str(root))
             if span is not None:
                 jobs = data.job_usage(str(root), span.first, span.last + timedelta(hours=1), None)
-                assert jobs["mean_util"].drop_nulls().to_list() == [0.5] * jobs.height
+                util = jobs["mean_util"]
+                assert set(util.drop_nulls()) <= {0.5}
+                assert util.null_count() <= 1  # only the job whose samples are being written
                 seen.append(jobs.height)
             time.sleep(0.05)
         assert writer.returncode == 0
