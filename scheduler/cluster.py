@@ -100,6 +100,11 @@ class Cluster:
             return (self.small, self.general)
         return (self.general,)
 
+    def most_free(self) -> int:
+        """Most free GPUs on any one node: no job needing more per node can start now."""
+        general, small = self.general.max_free, self.small.max_free
+        return general if general >= small else small
+
     def capacity(self, shape: Shape) -> bool:
         """Whether a job of this shape could ever run here (on an empty cluster)."""
         nodes, per, gpus = shape

@@ -87,11 +87,19 @@ class Scheduler:
         self.allocs: list[Alloc | None] = []
         # Waiting jobs: all in queue order (fcfs, sing, easy), and by class (sing, easy, sjf).
         self.queue = Lane()
-        self.classes: dict[Shape, Lane] = {}
-        self.class_order: list[tuple[int, Shape]] = []  # by GPUs needed per node
-        self.user_limit = settings.max_jobs_per_user
+        # A class is numbered when its shape is first seen; class_of[i] is job i's.
+        self.class_ids: dict[Shape, int] = {}
+        self.class_of: list[int] = []
+        self.lanes: list[Lane] = []  # per class
+        self.needs: list[int] = []  # per class: free GPUs one node needs for it to start
+        self.class_order: list[tuple[int, int]] = []  # (GPUs needed per node, class)
+        self.user_limit = self.settings.max_jobs_per_user
+        self.is_easy = self.policy == "easy"
+        # sing's budget rule caps backfill per head (else backfill is bounded by time, or free)
+        self.budget_rule = self.policy == "sing" and self.settings.backfill_rule == "budget"
         self.running_by_user: Counter[str] = Counter()
         self.held: defaultdict[str, list[int]] = defaultdict(list)
+        self.blocked = -1  # the head job the last pass could not start (all but sjf)
         # The blocked head job (sing, easy) and what backfill has used up behind it.
         self.head = -1
         self.head_since = 0.0
@@ -174,6 +182,13 @@ class Scheduler:
         self.gpus.append(gpus)
         self.shapes.append(shape)
         self.pools.append(self.cluster.pools_for(shape))
+        cls = self.class_ids.get(shape)
+        if cls is None:
+            cls = self.class_ids[shape] = len(self.lanes)
+            self.lanes.append(Lane())
+            self.needs.append(_need(shape))
+            bisect.insort(self.class_order, (self.needs[cls], cls))
+        self.class_of.append(cls)
         runtime = duration if duration is not None else (limit if limit is not None else INF)
         self.entries.append((runtime if self.policy == "sjf" else i, i))
         self.estimates.append(limit if limit is not None else runtime)
@@ -188,12 +203,7 @@ class Scheduler:
         if self.policy != "sjf":
             self.queue.push(entry)
         if self.policy != "fcfs":
-            key = self.shapes[i]
-            lane = self.classes.get(key)
-            if lane is None:
-                lane = self.classes[key] = Lane()
-                bisect.insort(self.class_order, (_need(key), key))
-            lane.push(entry)
+            self.lanes[self.class_of[i]].push(entry)
         self.fresh.append(i)
 
     def release(self, i: int) -> None:
@@ -205,7 +215,7 @@ class Scheduler:
             if user in self.held:
                 for j in self.held.pop(user):
                     self.enqueue(j)
-        if self.policy == "easy":
+        if self.is_easy:
             del self.ends[bisect.bisect_left(self.ends, (self.end_estimates[i], i))]
         self.freed = True
 
@@ -238,9 +248,8 @@ class Scheduler:
             return []
         if self.policy == "easy" and now >= self.reservation[0]:
             return self._full_pass(now)  # the head's reservation is due again: a new one
-        most_free = max(self.cluster.general.max_free, self.cluster.small.max_free)
-        shapes = self.shapes
-        fitting = {key for key in map(shapes.__getitem__, fresh) if _need(key) <= most_free}
+        most_free, needs, class_of = self.cluster.most_free(), self.needs, self.class_of
+        fitting = {class_of[i] for i in fresh if needs[class_of[i]] <= most_free}
         if not fitting or (self.policy != "sjf" and not self._block(self.head, now)):
             return []
         started: list[int] = []
@@ -251,50 +260,60 @@ class Scheduler:
         """Start jobs in queue order until one does not fit; returns that blocked head (or -1)."""
         queue, state, place = self.queue, self.state, self.cluster.place
         shapes, pools, user_limit = self.shapes, self.pools, self.user_limit
+        i = self.blocked
+        if (
+            i >= 0
+            and state[i] == WAITING
+            and not user_limit
+            and self.needs[self.class_of[i]] > self.cluster.most_free()
+        ):
+            # Still the head (only later jobs joined the queue since; without user limits no job
+            # re-enters it ahead) and still too big for the freest node.
+            return i
         while True:
             entry = queue.head(state)
             if entry is None:
+                self.blocked = -1
                 return -1
             i = entry[1]
             if user_limit and self._over_limit(i):
                 continue
             alloc = place(shapes[i], pools[i])
             if alloc is None:
+                self.blocked = i
                 return i
             queue.pop()
             self._start(i, alloc, now, started)
 
-    def _backfill_pass(
-        self, now: float, started: list[int], only: set[Shape] | None = None
-    ) -> None:
+    def _backfill_pass(self, now: float, started: list[int], only: set[int] | None = None) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
         Only classes whose shape can fit in the currently freest node are looked at (and, if
         given, only those in `only`); within a pass free GPUs only shrink, so a class that fails
         to place is dropped for the pass.
         """
-        most_free = max(self.cluster.general.max_free, self.cluster.small.max_free)
-        classes, state = self.classes, self.state
-        blocked_key = self.shapes[self.head] if self.policy != "sjf" else None
+        most_free = self.cluster.most_free()
+        lanes, state = self.lanes, self.state
+        blocked = self.class_of[self.head] if self.policy != "sjf" else -1
         cands = []
-        for per, key in self.class_order:
+        for per, cls in self.class_order:
             if per > most_free:
                 break
-            if key != blocked_key and (only is None or key in only):
-                entry = classes[key].head(state)
+            if cls != blocked and (only is None or cls in only):
+                entry = lanes[cls].head(state)
                 if entry is not None:
-                    cands.append((entry, key))
+                    cands.append((entry, cls))
         heapify(cands)
-        easy = self.policy == "easy"
+        easy = self.is_easy
         # sing's budget rule: GPUs backfilled past this head may total at most `cap`.
-        budget = self.policy == "sing" and self.settings.backfill_rule == "budget"
-        cap = self.settings.backfill_budget * self.gpus[self.head] if budget else INF
-        place, shapes, pools = self.cluster.place, self.shapes, self.pools
+        cap = self.settings.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
+        cluster, needs = self.cluster, self.needs
+        place, shapes, pools = cluster.place, self.shapes, self.pools
         user_limit, gpus = self.user_limit, self.gpus
         while cands:
-            entry, key = cands[0]
+            entry, cls = cands[0]
             i = entry[1]
-            lane = classes[key]
+            lane = lanes[cls]
             if user_limit and self._over_limit(i):
                 alloc = None  # i is held: go on with the next of its class
             else:
@@ -309,11 +328,14 @@ class Scheduler:
                     continue
                 self._start(i, alloc, now, started)
                 self.budget_used += gpus[i]
+                if not user_limit and needs[cls] > cluster.most_free():
+                    heappop(cands)  # the class no longer fits anywhere
+                    continue
             entry = lane.head(state)
             if entry is None:
                 heappop(cands)
             else:
-                heapreplace(cands, (entry, key))
+                heapreplace(cands, (entry, cls))
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -328,7 +350,7 @@ class Scheduler:
         self.allocs[i] = alloc
         if self.user_limit:
             self.running_by_user[self.users[i]] += 1
-        if self.policy == "easy":
+        if self.is_easy:
             end = now + self.estimates[i]
             self.end_estimates[i] = end
             bisect.insort(self.ends, (end, i))

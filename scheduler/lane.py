@@ -39,11 +39,13 @@ class Lane:
         end = len(items)
         while pos < end and state[items[pos][1]] != WAITING:
             pos += 1
-        if pos >= COMPACT_AT and 2 * pos > end:
-            del items[:pos]
-            pos = 0
-        self.pos = pos
-        return items[pos] if pos < len(items) else None
+        if pos != self.pos:
+            if pos >= COMPACT_AT and 2 * pos > end:
+                del items[:pos]
+                end -= pos
+                pos = 0
+            self.pos = pos
+        return items[pos] if pos < end else None
 
     def pop(self) -> None:
         """Drop the front entry (the head just started)."""
