@@ -49,7 +49,6 @@ class SiteSettings:
     cluster: str = "campus"
     # Relative paths are resolved against the directory holding the config file.
     warehouse: str = "var/warehouse"
-    timezone: str = "UTC"
 
 
 @dataclasses.dataclass(frozen=True)

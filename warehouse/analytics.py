@@ -38,7 +38,7 @@ WITH gpu AS (
            sum(energy_j) AS energy_j
     FROM gpu GROUP BY job_id
 ), rdma AS (
-    SELECT job_id, sum(tx_bytes) AS rdma_tx_bytes, sum(rx_bytes) AS rdma_rx_bytes
+    SELECT job_id, sum(tx_bytes)::BIGINT AS rdma_tx_bytes, sum(rx_bytes)::BIGINT AS rdma_rx_bytes
     FROM job_rdma_usage GROUP BY job_id
 )
 SELECT j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
@@ -166,17 +166,19 @@ def idle_multinode_jobs(
     util_threshold: float = 0.05,
     rdma_threshold: float = 1e9,
     min_nodes: int = 2,
+    min_hours: float = 0.0,
     running_only: bool = False,
     now: datetime | None = None,
 ) -> pl.DataFrame:
-    """Jobs on >= `min_nodes` nodes whose mean GPU utilisation is under the threshold,
-    ranked by wasted GPU-hours (allocated GPU-hours times the unused share)."""
+    """Jobs on >= `min_nodes` nodes, allocated for >= `min_hours`, whose mean GPU utilisation is
+    under the threshold, ranked by wasted GPU-hours (allocated GPU-hours x the unused share)."""
     usage = job_usage(con, since, until, now)
     if running_only:
         usage = usage.filter(pl.col("end_time").is_null())
     return (
         usage.filter(
             (pl.col("num_nodes") >= min_nodes)
+            & (pl.col("run_s") >= min_hours * 3600)
             & (pl.col("mean_util").fill_null(0.0) < util_threshold)
         )
         .with_columns(
@@ -222,8 +224,9 @@ def cluster_usage(
         WITH capacity AS (SELECT sum(gpus) AS gpus FROM nodes),
         alloc AS (
             SELECT date_trunc('{bucket}', b) AS bucket,
-                   sum(num_gpus * epoch(least(coalesce(end_time, $now), b + INTERVAL '{step}')
-                                        - greatest(start_time, b))) AS gpu_s
+                   sum(num_gpus * epoch(least(coalesce(end_time, $now), b + INTERVAL '{step}',
+                                              $until)
+                                        - greatest(start_time, b, $since))) AS gpu_s
             FROM jobs,
                  unnest(generate_series(date_trunc('{bucket}', greatest(start_time, $since)),
                                         least(coalesce(end_time, $now), $until),
@@ -244,9 +247,9 @@ def cluster_usage(
                        AS seconds
             FROM (SELECT bucket FROM alloc UNION SELECT bucket FROM used)
         )
-        SELECT s.bucket, a.gpu_s / 3600 AS allocated_gpu_hours,
+        SELECT s.bucket, coalesce(a.gpu_s, 0) / 3600 AS allocated_gpu_hours,
                (SELECT gpus FROM capacity) * s.seconds / 3600 AS capacity_gpu_hours,
-               least(a.gpu_s / nullif((SELECT gpus FROM capacity) * s.seconds, 0), 1)
+               least(coalesce(a.gpu_s, 0) / nullif((SELECT gpus FROM capacity) * s.seconds, 0), 1)
                    AS assignment_rate,
                u.util, u.sampled_assignment
         FROM span s LEFT JOIN alloc a USING (bucket) LEFT JOIN used u USING (bucket)

@@ -30,9 +30,16 @@ def load_notes(path: Path | None) -> list[dict[str, str]]:
         notes = tomllib.loads(path.read_text()).get("note", [])
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise UserError(f"job notes file {path}: {err}") from err
+    probe = _Blank({name: 0.5 for name in _FIGURE_NAMES})
     for n, note in enumerate(notes, start=1):
         if set(note) != {"when", "say"}:
             raise UserError(f"{path}: note {n} needs exactly the keys 'when' and 'say'")
+        try:
+            note["say"].format_map(probe)
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            raise UserError(
+                f"{path}: note {n}: message {note['say']!r} is not valid: {err}"
+            ) from err
     return notes
 
 
@@ -79,7 +86,7 @@ def job_report(
     job["per_node_rdma"] = (
         con.sql(
             """
-        SELECT node, sum(tx_bytes) AS tx_bytes, sum(rx_bytes) AS rx_bytes
+        SELECT node, sum(tx_bytes)::BIGINT AS tx_bytes, sum(rx_bytes)::BIGINT AS rx_bytes
         FROM job_rdma_usage WHERE job_id = ? GROUP BY node ORDER BY node
         """,
             params=[job_id],
@@ -115,13 +122,42 @@ def evaluate_notes(
 
 
 def _derived(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's figures plus friendlier units; unknown figures stay NULL (no note fires)."""
     out = dict(job)
     out["rdma_gb_per_node_hour"] = (job.get("rdma_bytes_per_node_hour") or 0) / 1e9
     out["peak_mem_gib"] = (job.get("peak_mem_bytes") or 0) / GIB
     out["gpu_mem_gib"] = (job.get("gpu_mem_bytes") or 0) / GIB
-    for key in ("mean_util", "rdma_bytes_per_node_hour", "peak_mem_bytes", "gpus_never_used"):
-        out[key] = out.get(key) if out.get(key) is not None else 0
+    if job.get("rdma_bytes_per_node_hour") is None and job.get("gpus_sampled"):
+        out["rdma_bytes_per_node_hour"] = 0  # sampled, and no RDMA traffic was seen
     return out
+
+
+# Names a note's message may use (checked when the notes file is loaded).
+_FIGURE_NAMES = (
+    "job_id",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "num_nodes",
+    "num_gpus",
+    "gpu_hours",
+    "mean_util",
+    "mean_sm_active",
+    "idle_share",
+    "idle_gpu_hours",
+    "gpus_never_used",
+    "gpus_sampled",
+    "peak_mem_bytes",
+    "gpu_mem_bytes",
+    "energy_j",
+    "rdma_bytes_per_node_hour",
+    "rdma_gb_per_node_hour",
+    "peak_mem_gib",
+    "gpu_mem_gib",
+    "run_s",
+    "queue_s",
+)
 
 
 class _Blank(dict):

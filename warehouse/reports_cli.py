@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -16,6 +16,19 @@ from warehouse import analytics
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
+
+NOW_HELP = "count running jobs up to this time (default: now, or the newest sample if older)"
+# A warehouse whose samples stopped longer ago than this reports as of its newest sample, so
+# a stale copy does not count running jobs up to today's date.
+STALE_AFTER = timedelta(hours=1)
+
+
+def report_now(wh: Warehouse, given: datetime | None) -> datetime:
+    if given:
+        return given
+    wall = datetime.now(UTC)
+    newest = wh.newest_time("gpu_samples")
+    return newest if newest is not None and newest < wall - STALE_AFTER else wall
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--since", type=_time, help="window start (ISO 8601, UTC)")
         p.add_argument("--until", type=_time, help="window end (ISO 8601, UTC)")
+        p.add_argument("--now", type=_time, help=NOW_HELP)
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=cmd_report)
     sub.choices["by-nodes"].add_argument("--partition")
@@ -41,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
+    job.add_argument("--now", type=_time, help=NOW_HELP)
     job.add_argument("--json", action="store_true")
     job.set_defaults(func=cmd_job)
 
@@ -62,8 +77,9 @@ def _time(text: str) -> datetime:
 
 
 def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, dict]:
-    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
-    window = {"since": args.since, "until": args.until}
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    con = wh.connect()
+    window = {"since": args.since, "until": args.until, "now": report_now(wh, args.now)}
     extra: dict = {}
     if args.report == "jobs":
         frame = analytics.job_usage(con, **window)
@@ -79,6 +95,7 @@ def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, 
             util_threshold=args.threshold if args.threshold is not None else t.idle_util,
             rdma_threshold=t.low_rdma_bytes_per_node_hour,
             min_nodes=args.min_nodes,
+            min_hours=t.idle_job_min_hours,
             running_only=args.running,
             **window,
         )
@@ -101,10 +118,11 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
-    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
     thresholds = config.thresholds
     notes_file = config.resolve_path(thresholds.notes_file) if thresholds.notes_file else None
-    job = job_report(con, args.job_id, thresholds, load_notes(notes_file))
+    notes = load_notes(notes_file)
+    job = job_report(wh.connect(), args.job_id, thresholds, notes, now=report_now(wh, args.now))
     if args.json:
         json.dump(job, sys.stdout, default=str)
         print()

@@ -73,8 +73,8 @@ ROLLUPS: dict[str, Rollup] = {
             """
             SELECT job_id, node, ts::DATE AS day,
                    count(*) AS samples,
-                   sum(tx_delta_bytes) AS tx_bytes,
-                   sum(rx_delta_bytes) AS rx_bytes,
+                   sum(tx_delta_bytes)::BIGINT AS tx_bytes,
+                   sum(rx_delta_bytes)::BIGINT AS rx_bytes,
                    min(ts) AS first_ts,
                    max(ts) AS last_ts
             FROM src WHERE job_id IS NOT NULL
@@ -87,8 +87,8 @@ ROLLUPS: dict[str, Rollup] = {
             "rdma_samples",
             """
             SELECT date_trunc('hour', ts) AS hour, node,
-                   sum(tx_delta_bytes) AS tx_bytes,
-                   sum(rx_delta_bytes) AS rx_bytes
+                   sum(tx_delta_bytes)::BIGINT AS tx_bytes,
+                   sum(rx_delta_bytes)::BIGINT AS rx_bytes
             FROM src
             GROUP BY ALL
             """,

@@ -112,6 +112,23 @@ class Warehouse:
             _create_rollup_view(con, rollup, stored, hot)
         return con
 
+    def newest_time(self, name: str) -> datetime | None:
+        """The newest time in a samples table, read from its newest day's files only."""
+        days = self.day_dirs(self.table_dir(name))
+        if not days:
+            return None
+        paths = [f.path for f in files.live_files(list(days.values())[-1])]
+        if not paths:
+            return None
+        column = _q(table(name).time_column or "ts")
+        con = duckdb.connect()
+        try:
+            return con.execute(
+                f"SELECT max({column}) FROM read_parquet({_sql_list(paths)})"
+            ).fetchone()[0]
+        finally:
+            con.close()
+
     def table_dir(self, name: str) -> Path:
         return self.root / name
 

@@ -7,20 +7,20 @@ Calibration (docs/synthetic-workload.md has the figures it produces):
   mode (median ~6 h: training), capped by the time limit (TIMEOUT when reached).
 - Mean GPU utilisation falls with node count as the SING paper measured on its campus cluster
   (1 node ~0.60, 2 ~0.45, 4 ~0.35, 8 nodes ~0.25); ~4% of jobs hold their GPUs and do nothing,
-  including a few multi-node ones, for admins to find.
+  and the first multi-node job of every two days holds its GPUs idle, for admins to find.
 - Multi-node jobs move RDMA traffic in proportion to their GPU activity (a share of a 4 x 200 Gb/s
   node link); idle ones move next to nothing.
 - Power follows utilisation between the H100's idle (~70 W) and its 700 W limit; the energy
   counter is the running integral; memory use is a per-job share of the 80 GiB card.
-- Arrivals are sized so ~75-85% of GPUs are assigned, placed FCFS with backfill until the head job
-  has waited 6 h (small jobs packed on the fullest node that fits, larger jobs on whole nodes).
+- Arrivals are sized so ~75-80% of GPUs are assigned; the jobs are placed by the project's own
+  scheduler (scheduler/, SING policy: FCFS with bounded backfill, small jobs packed on one node,
+  larger jobs on whole nodes), so the history is what sing itself would have done.
 Everything is drawn from one numpy Generator: the same seed gives the same warehouse (the end
 time shifts it, nothing else).
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -29,6 +29,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
+from scheduler.settings import SchedulerSettings
+from scheduler.simulate import replay
+from scheduler.workload import Workload
 from warehouse.store import Warehouse
 
 SAMPLE_S = 15
@@ -38,8 +41,9 @@ IDLE_POWER_W, MAX_POWER_W = 70.0, 700.0
 RDMA_PORTS = 4
 NODE_LINK_BYTES_S = RDMA_PORTS * 200e9 / 8  # 4 x 200 Gb/s
 MEAN_UTIL_BY_NODES = {1: 0.60, 2: 0.45, 4: 0.35, 8: 0.25}
-LOAD_SCALE = 1.15  # arrival-rate multiplier calibrated for ~75-85% of GPUs assigned
-STARVATION_S = 6 * 3600  # a job waiting this long stops backfill behind it
+LOAD_SCALE = 1.1  # arrival-rate multiplier: ~75-80% of GPUs assigned, queues of hours
+IDLE_MULTINODE_EVERY_S = 2 * 86_400
+POLICY = "sing"  # the history is scheduled by the project's own SING policy
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,19 @@ def draw_jobs(rng: np.random.Generator, seconds: float, gpus: int) -> list[Synth
     jobs.sort(key=lambda j: j.submit)
     for n, job in enumerate(jobs, start=1):
         job.job_id = str(1000 + n)
+    _make_idle_multinode_jobs(jobs)
     return jobs
+
+
+def _make_idle_multinode_jobs(jobs: list[SyntheticJob]) -> None:
+    """Make the first multi-node job of every IDLE_MULTINODE_EVERY_S window hold its GPUs idle,
+    so every history, however short, has the waste admins look for."""
+    seen: set[int] = set()
+    for job in jobs:
+        window = int(job.submit // IDLE_MULTINODE_EVERY_S)
+        if job.habit == "multinode" and job.num_gpus > 8 and window not in seen:
+            seen.add(window)
+            job.mean_util, job.mem_share = 0.005, 0.03
 
 
 def draw_job(
@@ -166,55 +182,23 @@ def draw_job(
     )
 
 
-def place_jobs(jobs: list[SyntheticJob], nodes: int, gpus_per_node: int) -> None:
-    """FCFS with greedy backfill; sets each job's start and placement (jobs too big never run)."""
-    free = [list(range(gpus_per_node)) for _ in range(nodes)]
-    running: list[tuple[float, int, SyntheticJob]] = []  # (end, tie-breaker, job)
-    waiting: list[SyntheticJob] = []
-    pending = iter(jobs)
-    upcoming = next(pending, None)
-    now = 0.0
-    while upcoming is not None or waiting:
-        next_end = running[0][0] if running else float("inf")
-        if upcoming is not None and upcoming.submit <= next_end:
-            now = upcoming.submit
-            if upcoming.num_gpus <= nodes * gpus_per_node:
-                waiting.append(upcoming)
-            upcoming = next(pending, None)
-        elif running:
-            now, _, done = heapq.heappop(running)
-            for node, indices in done.placement.items():
-                free[node].extend(indices)
-        else:
-            break
-        still_waiting = []
-        blocked = False
-        for job in waiting:
-            placement = None if blocked else _fit(job.num_gpus, free, gpus_per_node)
-            if placement is None:
-                still_waiting.append(job)
-                blocked = blocked or now - job.submit > STARVATION_S
-                continue
-            job.start, job.placement = now, placement
-            for node, indices in placement.items():
-                for i in indices:
-                    free[node].remove(i)
-            heapq.heappush(running, (now + job.duration, id(job), job))
-        waiting = still_waiting
-
-
-def _fit(num_gpus: int, free: list[list[int]], gpus_per_node: int) -> dict[int, list[int]] | None:
-    if num_gpus <= gpus_per_node:
-        fitting = [n for n in range(len(free)) if len(free[n]) >= num_gpus]
-        if not fitting:
-            return None
-        node = min(fitting, key=lambda n: (len(free[n]), n))  # pack onto the fullest node
-        return {node: sorted(free[node])[:num_gpus]}
-    whole = [n for n in range(len(free)) if len(free[n]) == gpus_per_node]
-    need = -(-num_gpus // gpus_per_node)
-    if len(whole) < need:
-        return None
-    return {n: list(range(gpus_per_node)) for n in whole[:need]}
+def place_jobs(jobs: list[SyntheticJob], nodes: int, gpus_per_node: int, policy: str) -> None:
+    """Schedule the jobs with the project's own scheduler; sets each job's start and placement."""
+    workload = Workload(
+        job_id=[j.job_id for j in jobs],
+        user=[j.user for j in jobs],
+        submit=[j.submit for j in jobs],
+        duration=[j.duration for j in jobs],
+        num_gpus=[j.num_gpus for j in jobs],
+        num_nodes=[0] * len(jobs),
+        time_limit=[j.time_limit for j in jobs],
+    )
+    result = replay(workload, nodes, gpus_per_node, SchedulerSettings(policy=policy))
+    by_id = {j.job_id: j for j in jobs}
+    for k, job_id in enumerate(result.workload.job_id):
+        job = by_id[job_id]
+        job.start = result.start[k]
+        job.placement = {node: list(gpus) for node, gpus in result.allocs[k]}
 
 
 def node_names(nodes: int) -> list[str]:
@@ -241,7 +225,7 @@ def generate(
     seconds = (end - start).total_seconds()
     rng = np.random.default_rng(seed)
     jobs = draw_jobs(rng, seconds, nodes * gpus_per_node)
-    place_jobs(jobs, nodes, gpus_per_node)
+    place_jobs(jobs, nodes, gpus_per_node, POLICY)
     names = node_names(nodes)
     counts = {"jobs": 0, "gpu_samples": 0, "rdma_samples": 0}
     wh.append("nodes", _nodes_table(names, gpus_per_node, cluster))
@@ -350,7 +334,7 @@ class _Sampler:
         self.uuids = [gpu_uuid(seed, n, i) for n in names for i in range(gpus_per_node)]
         total = len(names) * gpus_per_node
         self.energy = np.zeros(total)  # running energy counters, joules
-        self.rdma = np.zeros((len(names), RDMA_PORTS, 2))  # tx, rx counters, bytes
+        self.rdma = np.zeros((len(names), RDMA_PORTS, 2), dtype=np.int64)  # tx, rx, bytes
 
     def window(self, start: datetime, t0: float, t1: float) -> tuple[pa.Table, pa.Table]:
         steps = np.arange(np.ceil(t0 / SAMPLE_S) * SAMPLE_S, t1, SAMPLE_S)
@@ -372,7 +356,7 @@ class _Sampler:
             held, np.clip(util_mean[owner] + noise * (util_mean[owner] > 0.01), 0, 1), 0
         )
         power = IDLE_POWER_W + (MAX_POWER_W - IDLE_POWER_W) * util**0.9
-        energy = self.energy[:, None] + np.cumsum(power * SAMPLE_S, axis=1)
+        energy = self.energy[:, None] + np.cumsum(power.astype(np.float64) * SAMPLE_S, axis=1)
         self.energy = energy[:, -1].copy()
         mem_used = np.where(held, mem[owner] * GPU_MEMORY, 0).astype(np.int64)
         job_ids = np.array([j.job_id for j in self.jobs] + [None], dtype=object)
@@ -418,7 +402,6 @@ class _Sampler:
         self.rdma = counters[:, :, -1, :].copy()
         ts = _timestamps(start, steps)
         rows = n_nodes * RDMA_PORTS * n_steps
-        counters = counters.astype(np.int64)
         table = pa.table(
             {
                 "ts": pa.array(np.tile(ts, n_nodes * RDMA_PORTS), pa.timestamp("us", tz="UTC")),
