@@ -167,6 +167,10 @@ class Scheduler:
         """Register a job (not yet queued) and return its index."""
         if gpus < 1:
             raise ValueError(f"job {job_id!r} asks for {gpus} GPUs; needs >= 1")
+        if nodes > gpus:
+            raise ValueError(
+                f"job {job_id!r} asks for {gpus} GPUs on {nodes} nodes; needs >= 1 GPU per node"
+            )
         if self.settings.power_of_two:
             gpus = 1 << (gpus - 1).bit_length()
         shape = self.cluster.shape(gpus, nodes, self.settings.placement == "pack")
@@ -391,8 +395,13 @@ class Scheduler:
             return i, alloc
         # The oldest job of this class is too long to end before the reservation and there is no
         # room outside it; a shorter job of the same class further back may still fit in time.
+        limit, running, users = self.user_limit, self.running_by_user, self.users
         for _, j in lane.first(self.settings.easy_depth + 1):
-            if self.state[j] == WAITING and now + self.estimates[j] <= until:
+            if (
+                self.state[j] == WAITING
+                and now + self.estimates[j] <= until
+                and not (limit and running[users[j]] >= limit)
+            ):
                 return j, place(self.shapes[j], self.pools[j])
         return i, None
 

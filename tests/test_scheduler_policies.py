@@ -161,6 +161,19 @@ def test_per_user_limit() -> None:
     assert [p.job_id for p in sched.schedule(5)] == ["b"]
 
 
+def test_easy_look_ahead_keeps_the_per_user_limit() -> None:
+    # a (x) runs; head b waits for the whole node until a ends at 100. c (z) is too long to go
+    # before that, so EASY looks behind it: d is short enough but x already runs a job.
+    sched = Scheduler(Cluster(1, 4), SchedulerSettings(policy="easy", max_jobs_per_user=1))
+    sched.submit(Job("a", 3, user="x", duration_s=100), 0)
+    assert [p.job_id for p in sched.schedule(0)] == ["a"]
+    sched.submit(Job("b", 4, user="y", duration_s=10), 1)
+    sched.submit(Job("c", 1, user="z", duration_s=1000), 2)
+    sched.submit(Job("d", 1, user="x", duration_s=10), 3)
+    assert sched.schedule(3) == []
+    assert sched.running() == ["a"]
+
+
 def test_cancel_and_api_errors() -> None:
     sched = Scheduler(Cluster(1, 2), SchedulerSettings(policy="sing"))
     sched.submit(Job("a", 2), 0)
@@ -178,6 +191,8 @@ def test_cancel_and_api_errors() -> None:
         sched.submit(Job("huge", 3), 1)
     with pytest.raises(ValueError, match="needs >= 1"):
         sched.submit(Job("none", 0), 1)
+    with pytest.raises(ValueError, match="1 GPUs on 2 nodes; needs >= 1 GPU per node"):
+        sched.submit(Job("spread", 1, num_nodes=2), 1)
 
 
 def test_settings_are_checked() -> None:

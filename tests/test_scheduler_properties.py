@@ -33,6 +33,7 @@ VARIANTS = [
     SchedulerSettings(policy="sing", placement="any", power_of_two=True),
     SchedulerSettings(policy="easy", small_pool_nodes=1, small_job_max_gpus=2),
     SchedulerSettings(policy="sjf", max_jobs_per_user=2),
+    SchedulerSettings(policy="easy", max_jobs_per_user=1),
 ]
 
 
