@@ -26,6 +26,7 @@ GIB = 2**30
 STEP = timedelta(minutes=15)
 # Monday 2026-01-05, 10:00 UTC: every test's clock starts here.
 T0 = datetime(2026, 1, 5, 10, tzinfo=UTC)
+DEMO_END = "2026-01-10T00:00:00+00:00"  # end of the 2-day synthetic history
 
 
 def at(hours: float) -> datetime:
@@ -543,32 +544,44 @@ def test_cluster_usage_rejects_unknown_bucket(cluster_wh: Warehouse) -> None:
 def demo_wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("demo") / "wh"
     out = run_sing(
-        "--warehouse", str(root), "demo-data", "--days", "2", "--seed", "3",
-        "--end", "2026-01-10T00:00:00Z",
-    )  # fmt: skip
+        "--warehouse", str(root), "demo-data", "--days", "2", "--seed", "3", "--end", DEMO_END
+    )
     assert out.returncode == 0, out.stderr
     return root
 
 
 def report_json(root: Path, *args: str) -> dict:
-    out = run_sing("--warehouse", str(root), "report", *args, "--json")
+    """A report of the demo history as of its end (`--now`: running jobs count up to there)."""
+    out = run_sing("--warehouse", str(root), "report", *args, "--now", DEMO_END, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 def test_report_jobs_cli_matches_function(demo_wh: Path) -> None:
-    rows = report_json(demo_wh, "jobs")["rows"]
-    expected = analytics.job_usage(Warehouse(demo_wh).connect())
+    rows = {r["job_id"]: r for r in report_json(demo_wh, "jobs")["rows"]}
+    now = datetime.fromisoformat(DEMO_END)
+    expected = analytics.job_usage(Warehouse(demo_wh).connect(), now=now)
     assert len(rows) == expected.height > 300
-    finished = {r["job_id"]: r for r in rows if r["end_time"] is not None}
-    for job in expected.filter(pl.col("end_time").is_not_null()).to_dicts():
-        got = finished[job["job_id"]]
+    assert sum(r["end_time"] is None for r in rows.values()) > 0  # some still run at the end
+    for job in expected.to_dicts():
+        got = rows[job["job_id"]]
         assert got["gpu_hours"] == pytest.approx(job["gpu_hours"])
         assert got["mean_util"] == pytest.approx(job["mean_util"], nan_ok=True)
 
 
+def test_stale_warehouse_reports_as_of_its_newest_sample(demo_wh: Path) -> None:
+    """Without --now, a history that ended long ago does not count running jobs up to today."""
+    out = run_sing("--warehouse", str(demo_wh), "report", "jobs", "--json")
+    assert out.returncode == 0, out.stderr
+    running = [r for r in json.loads(out.stdout)["rows"] if r["end_time"] is None]
+    newest = datetime.fromisoformat(DEMO_END) - timedelta(seconds=15)
+    for r in running:
+        started = datetime.fromisoformat(r["start_time"])
+        assert started + timedelta(seconds=r["run_s"]) == newest
+
+
 def test_report_by_nodes_cli(demo_wh: Path) -> None:
-    rows = report_json(demo_wh, "by-nodes", "--until", "2026-01-10T00:00:00Z")["rows"]
+    rows = report_json(demo_wh, "by-nodes", "--until", DEMO_END)["rows"]
     assert [r["nodes"] for r in rows] == [1, 2, 4, 8]
     assert sum(r["jobs"] for r in rows) > 300
     assert all(0 <= r["weighted_util"] <= 1 for r in rows)
@@ -577,7 +590,7 @@ def test_report_by_nodes_cli(demo_wh: Path) -> None:
 
 
 def test_report_fairness_cli(demo_wh: Path) -> None:
-    report = report_json(demo_wh, "fairness", "--until", "2026-01-10T00:00:00Z")
+    report = report_json(demo_wh, "fairness", "--until", DEMO_END)
     shares = [r["share"] for r in report["rows"]]
     assert sum(shares) == pytest.approx(1.0)
     assert all(r["equal_share"] == pytest.approx(1 / len(shares)) for r in report["rows"])

@@ -17,7 +17,14 @@ import pytest
 from tests.test_analytics import run_sing
 from warehouse import analytics
 from warehouse.store import Warehouse
-from warehouse.synthetic import MEAN_UTIL_BY_NODES, SAMPLE_S, draw_jobs, generate, place_jobs
+from warehouse.synthetic import (
+    MEAN_UTIL_BY_NODES,
+    POLICY,
+    SAMPLE_S,
+    draw_jobs,
+    generate,
+    place_jobs,
+)
 
 END = datetime(2026, 1, 10, tzinfo=UTC)
 DAYS = 10
@@ -183,7 +190,7 @@ def test_idle_multinode_jobs_are_found(ten_days: Warehouse) -> None:
     rng = np.random.default_rng(SEED)
     seconds = DAYS * 86_400
     jobs = draw_jobs(rng, seconds, 128)
-    place_jobs(jobs, 16, 8)
+    place_jobs(jobs, 16, 8, POLICY)
     drawn_idle = {
         j.job_id for j in jobs if 0 <= j.start < seconds and j.num_nodes > 1 and j.mean_util < 0.01
     }
@@ -201,7 +208,7 @@ def test_queue_stays_bounded_over_a_quarter() -> None:
     """
     seconds = 90 * 86_400
     jobs = draw_jobs(np.random.default_rng(0), seconds, 128)
-    place_jobs(jobs, 16, 8)
+    place_jobs(jobs, 16, 8, POLICY)
     late = [j for j in jobs if seconds - 35 * 86_400 < j.submit < seconds - 28 * 86_400]
     waits_h = [((j.start if 0 <= j.start < seconds else seconds) - j.submit) / 3600 for j in late]
     assert np.mean(waits_h) < 24, f"jobs submitted on days 55-62 wait {np.mean(waits_h):.0f} h"
