@@ -166,7 +166,7 @@ def test_a_filter_changes_the_numbers(browser, demo_url: str) -> None:
     page.wait_for_selector('[data-testid="stMetricValue"]', timeout=60_000)
     settle(page)
     before = metric_values(page)
-    assert set(before) >= {"1 node", "8 nodes"}
+    assert "1 node" in before and len(before) > 1
     page.get_by_role("combobox", name="Partition").click()
     page.get_by_role("option", name="interactive").click()
     page.wait_for_function(

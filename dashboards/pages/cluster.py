@@ -21,10 +21,9 @@ with right:
     )
 
 with st.spinner("Loading cluster usage..."):
-    usage = data.cluster_usage(v.warehouse, since, until, bucket)
-    by_nodes = data.by_node_count(v.warehouse, since, until, None)
-    nodes, gpus = data.capacity(v.warehouse)
-    grid = data.gpu_grid(v.warehouse, span.last)
+    overview = data.cluster_overview(v.warehouse, since, until, bucket, span.last)
+usage, by_nodes, grid = overview.usage, overview.by_nodes, overview.grid
+nodes, gpus = overview.nodes, overview.gpus
 
 allocated = usage["allocated_gpu_hours"].fill_null(0).sum()
 capacity = usage["capacity_gpu_hours"].sum()

@@ -26,12 +26,8 @@ with right:
     running = st.toggle("Only jobs running now", key="running")
 
 with st.spinner("Finding idle jobs..."):
-    jobs = data.idle_jobs(
-        v.warehouse, since, until, util_below, thresholds.low_rdma_bytes_per_node_hour, running
-    )
-jobs = jobs.filter(pl.col("run_s") >= thresholds.idle_job_min_hours * 3600).sort(
-    [pl.col("num_nodes") > 1, "wasted_gpu_hours"], descending=True
-)
+    jobs = data.idle_jobs(v.warehouse, since, until, util_below, thresholds, running)
+jobs = jobs.sort([pl.col("num_nodes") > 1, "wasted_gpu_hours"], descending=True)
 
 multi = jobs.filter(pl.col("num_nodes") > 1)
 a, b, c = st.columns(3)
