@@ -11,8 +11,8 @@ page cache as the machine left them) and peak RSS is that report's alone; "warm"
 
 from __future__ import annotations
 
+import hashlib
 import json
-import resource
 import shutil
 import statistics
 import subprocess
@@ -25,10 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sing.config import Thresholds  # noqa: E402
-from warehouse import analytics  # noqa: E402
+from warehouse import analytics, synthetic  # noqa: E402
 from warehouse.job_report import job_report, load_notes  # noqa: E402
 from warehouse.store import Warehouse  # noqa: E402
-from warehouse.synthetic import generate  # noqa: E402
 
 CACHE = Path("/tmp/sing-bench-90d")
 DAYS, SEED = 90, 0
@@ -50,16 +49,20 @@ REPORTS = {
 }
 
 
-def ensure_history() -> dict[str, int]:
-    """The cached 90-day warehouse; regenerated when missing or left half-written."""
+def ensure_history() -> dict:
+    """The cached 90-day warehouse; regenerated when missing, half-written, or made by another
+    version of the generator (the marker records a hash of warehouse/synthetic.py)."""
+    version = hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
     if MARKER.exists():
-        return json.loads(MARKER.read_text())
+        made = json.loads(MARKER.read_text())
+        if made.get("generator") == version:
+            return made
     shutil.rmtree(CACHE, ignore_errors=True)
     started = time.perf_counter()
-    counts = generate(Warehouse(CACHE), days=DAYS, seed=SEED, end=END)
-    counts["generate_s"] = round(time.perf_counter() - started)
-    MARKER.write_text(json.dumps(counts))
-    return counts
+    made: dict = synthetic.generate(Warehouse(CACHE), days=DAYS, seed=SEED, end=END)
+    made.update(generate_s=round(time.perf_counter() - started), generator=version)
+    MARKER.write_text(json.dumps(made))
+    return made
 
 
 def measure(name: str, job_id: str) -> dict[str, float]:
@@ -69,8 +72,16 @@ def measure(name: str, job_id: str) -> dict[str, float]:
         started = time.perf_counter()
         REPORTS[name](Warehouse(CACHE).connect(), job_id)
         times.append(time.perf_counter() - started)
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"cold_s": times[0], "warm_s": statistics.median(times[1:]), "rss_mib": rss_mib}
+    return {"cold_s": times[0], "warm_s": statistics.median(times[1:]), "rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's own peak RSS (VmHWM). Not ru_maxrss: Linux carries that across fork and
+    exec, so a child would report its parent's peak (e.g. the generator's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def busiest_idle_job() -> str:
