@@ -45,7 +45,7 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
         "jobs": len(jobs),
         "window_s": span,
         "gpu_assignment": float(received.sum() / (run.cluster.total_gpus * span)) if span else 0.0,
-        "busy_assignment": _busy_assignment(submit, start, start + duration, gpus)
+        "busy_assignment": _ratio(*busy_window(submit, start, start + duration, gpus))
         / run.cluster.total_gpus,
         "mean_wait_s": float(wait.mean()),
         "p50_wait_s": float(p50),
@@ -69,8 +69,15 @@ def _overlap(begin: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.nda
     return np.clip(np.minimum(end, hi) - np.maximum(begin, lo), 0.0, None)
 
 
-def _busy_assignment(submit, start, end, gpus) -> float:
-    """Mean allocated GPUs over the time at least one job waits (a sweep over all events)."""
+def _ratio(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+def busy_window(submit, start, end, gpus) -> tuple[float, float]:
+    """(allocated GPU-seconds, seconds) over the time at least one job waits (a sweep).
+
+    Returned as a pair so that replays of separate clusters (one per VC) can be summed.
+    """
     waited = start > submit
     times = np.concatenate([submit[waited], start[waited], start, end])
     waiting = np.concatenate([np.ones(waited.sum()), -np.ones(waited.sum()), 0 * start, 0 * end])
@@ -79,5 +86,4 @@ def _busy_assignment(submit, start, end, gpus) -> float:
     times, waiting, allocated = times[order], np.cumsum(waiting[order]), np.cumsum(allocated[order])
     length = np.diff(times)
     busy = waiting[:-1] > 0
-    span = length[busy].sum()
-    return float((allocated[:-1][busy] * length[busy]).sum() / span) if span else 0.0
+    return float((allocated[:-1][busy] * length[busy]).sum()), float(length[busy].sum())
