@@ -149,6 +149,9 @@ def test_live_demo_end_to_end(tmp_path: Path) -> None:
             page = browser.new_page()
             wait_for(lambda: _loads(page, url), 90, "the dashboard")
             page.wait_for_selector("text=Demo mode", timeout=60_000)
+            page.wait_for_selector("text=GPUs assigned vs used", timeout=60_000)
+            page.wait_for_selector("text=Now: every GPU", timeout=60_000)
+            page.wait_for_selector("canvas, svg.marks", timeout=60_000)  # a chart has drawn
             assert page.locator("text=Traceback").count() == 0
             out = Path(os.environ.get("SING_TEST_ARTIFACTS", tmp_path))
             out.mkdir(parents=True, exist_ok=True)
