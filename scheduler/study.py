@@ -46,7 +46,7 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
     rows = {}
     for name, base in POLICIES.items():
         settings = SchedulerSettings(**{**base.__dict__, **options})
-        busy_gpu_s = busy_s = assigned_gpu_s = capacity_s = 0.0
+        busy_gpu_s = busy_s = queued_s = assigned_gpu_s = capacity_s = 0.0
         waits = []
         for jobs, nodes in parts:
             run = replay(jobs, nodes, GPUS_PER_NODE, settings)
@@ -54,6 +54,7 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
             allocated, seconds = busy_window(submit, start, end, gpus)
             busy_gpu_s += allocated
             busy_s += seconds * nodes * GPUS_PER_NODE
+            queued_s += seconds
             lo, hi = submit.min(), submit.max()
             assigned_gpu_s += (
                 gpus * np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
@@ -64,8 +65,10 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
         rows[name] = {
             "busy": busy_gpu_s / busy_s if busy_s else float("nan"),
             "assigned": assigned_gpu_s / capacity_s,
+            "queued_h": queued_s / 3600,
             "mean_wait_h": wait.mean(),
             "p99_wait_h": np.percentile(wait, 99),
+            "max_wait_h": wait.max(),
         }
     return rows
 
@@ -112,13 +115,14 @@ def table(title: str, rows: dict[str, dict[str, float]]) -> str:
     lines = [
         f"**{title}**",
         "",
-        "| policy | busy | assigned | mean wait h | p99 wait h |",
-        "|---|---|---|---|---|",
+        "| policy | busy | assigned | queue h | mean wait h | p99 h | max h |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
         lines.append(
             f"| {name} | {100 * r['busy']:.1f}% | {100 * r['assigned']:.1f}% | "
-            f"{r['mean_wait_h']:.2f} | {r['p99_wait_h']:.1f} |"
+            f"{r['queued_h']:,.0f} | {r['mean_wait_h']:.2f} | {r['p99_wait_h']:.1f} | "
+            f"{r['max_wait_h']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
