@@ -2,7 +2,8 @@
 
 One 10-day history of the 16 x 8 cluster (seed 1) is generated once for the module (~15 s).
 Tolerances on the calibration come from 20 seeds of 10 days (see docs/synthetic-workload.md):
-GPU-hour-weighted util of 1-node jobs 0.557-0.605, of 8-node jobs 0.10-0.34 (mean 0.246).
+GPU-hour-weighted util of 1-node jobs 0.558-0.597, of 8-node jobs 0.007-0.31 (mean 0.20; one
+held-idle 8-node job swings it), seed 1 giving 0.576 and 0.239.
 """
 
 from __future__ import annotations
