@@ -54,6 +54,3 @@ class Lane:
     def first(self, k: int) -> list[Entry]:
         """The first `k` entries in order, skipped ones included (after `head`, [0] is the head)."""
         return self.items[self.pos : self.pos + k]
-
-    def __len__(self) -> int:
-        return len(self.items) - self.pos
