@@ -95,6 +95,8 @@ class Scheduler:
         self.class_order: list[tuple[int, int]] = []  # (GPUs needed per node, class)
         self.user_limit = self.settings.max_jobs_per_user
         self.is_easy = self.policy == "easy"
+        self.in_order = self.policy != "sjf"  # a queue-order lane and a head
+        self.by_class = self.policy != "fcfs"  # class lanes, for backfill
         # sing's budget rule caps backfill per head (else backfill is bounded by time, or free)
         self.budget_rule = self.policy == "sing" and self.settings.backfill_rule == "budget"
         self.running_by_user: Counter[str] = Counter()
@@ -204,9 +206,9 @@ class Scheduler:
     def enqueue(self, i: int) -> None:
         self.state[i] = WAITING
         entry = self.entries[i]
-        if self.policy != "sjf":
+        if self.in_order:
             self.queue.push(entry)
-        if self.policy != "fcfs":
+        if self.by_class:
             self.lanes[self.class_of[i]].push(entry)
         self.fresh.append(i)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
 from heapq import heappop, heappush
 
@@ -82,16 +83,17 @@ def _run(sched: Scheduler, submit: list[float], duration: list[float]) -> list[f
     """The event loop; returns each job's start time."""
     n = len(submit)
     start = [0.0] * n
+    arrivals = [*submit, math.inf]  # the sentinel ends the arrivals
     ends: list[tuple[float, int]] = []
     enqueue, release, run_pass = sched.enqueue, sched.release, sched.run_pass
     k = 0
     while k < n or ends:
-        now = submit[k] if k < n else float("inf")
+        now = arrivals[k]
         if ends and ends[0][0] <= now:
             now = ends[0][0]
-        while ends and ends[0][0] <= now:
-            release(heappop(ends)[1])
-        while k < n and submit[k] <= now:
+            while ends and ends[0][0] <= now:
+                release(heappop(ends)[1])
+        while arrivals[k] <= now:
             enqueue(k)
             k += 1
         for i in run_pass(now):
