@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sing.cli import main
-from traces.export import export_trace, export_zip
+from traces.export import build_release, export_trace, export_zip
 from traces.settings import TraceSettings, load_key
 from traces.validate import validate
 from warehouse.store import Warehouse
@@ -311,3 +311,22 @@ def test_dropped_fields_are_absent_and_trace_still_valid(warehouse, tmp_path):
     names = pq.read_schema(tmp_path / "t" / "jobs.parquet").names
     assert "dependencies" not in names and "partition" not in names and "user" in names
     assert validate(tmp_path / "t") == []
+
+
+def test_rare_shape_policies(tmp_path):
+    """Three users on H100 and three on V100 are each rarer than k=5, together they are not."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append(
+        "nodes",
+        pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100", "H100", "V100"]}),
+    )
+    jobs = [job(u, user, u, 1, 1, [HOSTS[0]], 1) for u, user in enumerate(USERS)]
+    jobs += [job(10 + u, user, u, 1, 1, [HOSTS[1 + u // 3]], 1) for u, user in enumerate(USERS)]
+    wh.append("jobs", pa.Table.from_pylist(jobs))
+    models = {}
+    for policy in ("generalize", "suppress", "keep"):
+        release = build_release(wh, T0, UNTIL, KEY, TraceSettings(rare_shapes=policy))
+        models[policy] = (sorted(release.jobs["gpu_model"].to_pylist()), release.suppressed_jobs)
+    assert models["generalize"] == (["A100"] * 6 + ["other"] * 6, 0)
+    assert models["suppress"] == (["A100"] * 6, 6)
+    assert models["keep"] == (["A100"] * 6 + ["H100"] * 3 + ["V100"] * 3, 0)

@@ -11,7 +11,7 @@ import pytest
 
 from sing.config import Config
 from sing.errors import UserError
-from traces.anonymize import pseudonymize
+from traces.anonymize import hmac_sha256_hex, pseudonymize
 from traces.format import RESOURCES
 from traces.settings import TraceSettings
 
@@ -32,6 +32,14 @@ def test_pseudonym_is_keyed_hmac_sha256():
     expected = "u_" + hmac.new(key, b"u:alice", hashlib.sha256).hexdigest()[:16]
     assert got[0] == got[2] == expected and got[1] is None and got[3] != expected
     assert got[0] != "u_" + hashlib.sha256(b"u:alice").hexdigest()[:16]  # not a bare hash
+
+
+@pytest.mark.parametrize("key_bytes", [16, 32, 64, 65, 200])
+def test_hmac_from_precomputed_pads_equals_hmac_new(key_bytes):
+    key = bytes((7 * i + key_bytes) % 256 for i in range(key_bytes))  # > 64 bytes: hashed first
+    mac = hmac_sha256_hex(key, b"j:")
+    for message in (b"", b"1", b"12345678", "r\u00e9sum\u00e9".encode(), b"x" * 200):
+        assert mac(message) == hmac.new(key, b"j:" + message, hashlib.sha256).hexdigest()
 
 
 def test_trace_section_is_checked(tmp_path):

@@ -1,10 +1,11 @@
 """Export a window of the warehouse as an anonymized trace release.
 
-One SQL query gathers each job submitted in [since, until) with its telemetry summary from the
-per-job rollups (never the raw samples), then the anonymization policy (`traces.anonymize`)
-runs over whole columns. Real names leave this module only as keyed pseudonyms: job names,
-commands, paths, hosts and IPs are never selected; nodes become n001, n002, ... in name order.
-"""
+All in one DuckDB connection: the jobs submitted in [since, until) and their per-job rollups
+(never the raw samples) are staged once, the k-anonymity policy (`traces.anonymize`) picks the
+kept jobs from a few narrow columns, and one query assembles their telemetry summaries in
+release order; keyed pseudonyms then replace ids over whole columns. Real names leave this
+module only as pseudonyms: job names, commands, paths, hosts and IPs are never selected; nodes
+become n001, n002, ... in name order."""
 
 from __future__ import annotations
 
@@ -19,32 +20,37 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sing.errors import UserError
-from traces import aggregates
 from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
 from traces.format import JOBS, TIMESERIES, conform, state_sql
-from traces.package import ReleaseInfo, write_trace, zip_trace
+from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import TraceSettings, load_key
 from warehouse.store import Warehouse
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
-# the window (`sel`, real ids; the job name is never selected) and their per-GPU and per-node
-# rollups. Parameters: $since, $until.
+# the window (`sel`, real ids, the job name never selected), numbered `r` so that every later
+# join and group is on one integer rather than on job id text, and their per-GPU and per-node
+# rollups; `people` holds the columns the k-anonymity policy looks at. Parameters: $since, $until.
 STAGE_SQL = """
 CREATE TEMP TABLE sel AS
-    SELECT * EXCLUDE (name) FROM jobs WHERE submit_time >= $since AND submit_time < $until;
+    SELECT row_number() OVER () AS r, * EXCLUDE (name)
+    FROM jobs WHERE submit_time >= $since AND submit_time < $until;
 CREATE TEMP TABLE gpu AS
-    SELECT job_id, node, gpu_index,
+    SELECT r, node, gpu_index,
            sum(samples) AS n, sum(util_sum) AS util_sum, max(util_max) AS util_max,
            sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_n, max(mem_peak_bytes) AS mem_peak,
            max(energy_max_j) - min(energy_min_j) AS energy
-    FROM job_gpu_usage SEMI JOIN sel USING (job_id)
+    FROM job_gpu_usage JOIN (SELECT r, job_id FROM sel) USING (job_id)
     WHERE day <= $until::DATE
     GROUP BY ALL;
 CREATE TEMP TABLE rdma AS
-    SELECT job_id, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
-    FROM job_rdma_usage SEMI JOIN sel USING (job_id)
+    SELECT r, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
+    FROM job_rdma_usage JOIN (SELECT r, job_id FROM sel) USING (job_id)
     WHERE day <= $until::DATE
     GROUP BY ALL;
+CREATE TEMP VIEW people AS
+    SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model
+    FROM sel LEFT JOIN (SELECT node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY node) m
+         ON m.node = sel.nodes[1];
 """
 
 # Every node the selected jobs touched, renamed in name order.
@@ -58,9 +64,10 @@ FROM (
 ) WHERE node IS NOT NULL
 """
 
+# The kept jobs (`kept`: r, group and GPU model after the k-anonymity policy), in release order.
 JOBS_SQL = f"""
 WITH gpu_job AS (
-    SELECT job_id,
+    SELECT r,
            sum(util_sum) / nullif(sum(n), 0) AS gpu_util_mean,
            median(util_sum / nullif(n, 0)) AS gpu_util_p50,
            max(util_max) AS gpu_util_max,
@@ -68,22 +75,26 @@ WITH gpu_job AS (
            median(sm_sum / nullif(sm_n, 0)) AS sm_active_p50,
            max(mem_peak) AS gpu_mem_peak_bytes,
            sum(energy) AS energy_j
-    FROM gpu GROUP BY job_id
+    FROM gpu GROUP BY r
 ),
 job_nodes AS (
-    SELECT job_id, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i FROM sel
+    SELECT r, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i FROM sel
 ),
 node_entries AS (  -- sorting each small list beats an ordered aggregate (list ... ORDER BY)
-    SELECT jn.job_id, list_sort(list({{'i': jn.i, 'node': m.alias, 'tx': r.tx, 'rx': r.rx}})) AS l
-    FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma r USING (job_id, node)
-    GROUP BY jn.job_id
+    SELECT jn.r, list_sort(list({{'i': jn.i, 'node': m.alias, 'tx': d.tx, 'rx': d.rx}})) AS l
+    FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma d USING (r, node)
+    GROUP BY jn.r
 ),
 node_lists AS (
-    SELECT job_id,
+    SELECT r,
            list_transform(l, lambda e: e.node) AS nodes,
            list_transform(l, lambda e: e.tx) AS node_rdma_tx_bytes,
            list_transform(l, lambda e: e.rx) AS node_rdma_rx_bytes
     FROM node_entries
+),
+rdma_job AS (
+    SELECT r, sum(tx)::BIGINT AS rdma_tx_bytes, sum(rx)::BIGINT AS rdma_rx_bytes
+    FROM rdma GROUP BY r
 ),
 times AS (
     SELECT *,
@@ -93,7 +104,7 @@ times AS (
            end_time IS NULL OR end_time > $until AS censored
     FROM sel
 )
-SELECT t.job_id, t."user", t.account AS "group",
+SELECT t.job_id, t."user", k."group",
        (epoch_us(t.submit_time) - epoch_us($since)) / 1e6 AS submit_s,
        (epoch_us(t.t_start) - epoch_us($since)) / 1e6 AS start_s,
        (epoch_us(t.t_end) - epoch_us($since)) / 1e6 AS end_s,
@@ -105,28 +116,27 @@ SELECT t.job_id, t."user", t.account AS "group",
        CASE WHEN t.censored OR t.exit_code IS NULL THEN NULL
             WHEN t.exit_code = 0 THEN 'success'
             WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
-       t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus,
-       n.gpu_model,
+       t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
        t.time_limit_s, t.interactive, t.censored, t.dependencies,
-       nl.nodes, g.* EXCLUDE (job_id),
-       rt.tx::BIGINT AS rdma_tx_bytes, rt.rx::BIGINT AS rdma_rx_bytes,
+       nl.nodes, g.* EXCLUDE (r), rj.* EXCLUDE (r),
        nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
 FROM times t
-LEFT JOIN gpu_job g USING (job_id)
-LEFT JOIN node_lists nl USING (job_id)
-LEFT JOIN (SELECT job_id, sum(tx) AS tx, sum(rx) AS rx FROM rdma GROUP BY job_id) rt USING (job_id)
-LEFT JOIN (SELECT node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY node) n
-       ON n.node = t.nodes[1]
+JOIN kept k USING (r)
+LEFT JOIN gpu_job g USING (r)
+LEFT JOIN node_lists nl USING (r)
+LEFT JOIN rdma_job rj USING (r)
+ORDER BY t.submit_time, t.job_id  -- the release order
 """
 
-# Per job, node, minute from the raw samples of the kept jobs (`kept` holds their real ids).
+# Per job, node, minute from the raw samples of the kept jobs.
 TIMESERIES_SQL = """
-WITH per_gpu AS (
+WITH kept_ids AS (SELECT job_id FROM sel SEMI JOIN kept USING (r)),
+per_gpu AS (
     SELECT job_id, node, gpu_index, date_trunc('minute', ts) AS minute,
            avg(util) AS util, avg(sm_active) AS sm, max(mem_used_bytes) AS mem,
            avg(power_w) AS power
     FROM gpu_samples
-    WHERE job_id IN (SELECT job_id FROM kept) AND ts >= $since AND ts < $until
+    WHERE job_id IN (SELECT job_id FROM kept_ids) AND ts >= $since AND ts < $until
     GROUP BY ALL
 ),
 g AS (
@@ -138,7 +148,7 @@ r AS (
     SELECT job_id, node, date_trunc('minute', ts) AS minute,
            sum(tx_delta_bytes) AS rdma_tx_bytes, sum(rx_delta_bytes) AS rdma_rx_bytes
     FROM rdma_samples
-    WHERE job_id IN (SELECT job_id FROM kept) AND ts >= $since AND ts < $until
+    WHERE job_id IN (SELECT job_id FROM kept_ids) AND ts >= $since AND ts < $until
     GROUP BY ALL
 )
 SELECT job_id, m.alias AS node,
@@ -193,12 +203,10 @@ def build_release(
         "UNION SELECT node FROM rdma)"
     ).fetchone()[0]
     con.execute(NODE_MAP_SQL, {"width": max(3, len(str(nodes)))})
-    raw = con.sql(JOBS_SQL, params=params).to_arrow_table()
-    kept, suppressed = apply_k_anonymity(raw, settings.k, settings.rare_shapes)
-    kept = kept.sort_by([("submit_s", "ascending"), ("job_id", "ascending")])
+    suppressed = apply_k_anonymity(con, settings.k, settings.rare_shapes)
+    kept = con.sql(JOBS_SQL, params=params).to_arrow_table()
     series = None
     if timeseries:
-        con.register("kept", kept.select(["job_id"]))
         series = con.sql(TIMESERIES_SQL, params=params).to_arrow_table()
         series = series.set_column(0, "job_id", pseudonymize(series["job_id"], key, "j"))
         series = conform(TIMESERIES, series)
@@ -232,9 +240,8 @@ def export_trace(
     key = key if key is not None else load_key(settings.key_file)
     release = build_release(warehouse, since, until, key, settings, timeseries)
     path = write_trace(out_dir, release.jobs, release.info, release.timeseries, settings.write_csv)
-    return ExportResult(
-        path, release.jobs.num_rows, release.suppressed_jobs, aggregates.compute(release.jobs)
-    )
+    figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
+    return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
 
 
 def export_zip(
