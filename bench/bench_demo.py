@@ -42,7 +42,7 @@ def name(pid: int) -> str:
     except FileNotFoundError:
         return "?"
     for word in (b"exporter", b"collector", b"dashboard", b"streamlit", b"demo"):
-        if word in args or any(word in a for a in args[:4]):
+        if word in args or any(word in a for a in args[:3]):
             return word.decode()
     return args[0].decode()
 
@@ -72,6 +72,7 @@ def main() -> None:
     try:
         time.sleep(SETTLE_S)
         pids = tree(demo.pid)
+        names = {pid: name(pid) for pid in pids}
         start = cpu_seconds(pids)
         time.sleep(WINDOW_S)
         end = cpu_seconds(pids)
@@ -84,7 +85,7 @@ def main() -> None:
         if pid in start and pid in end:
             used = (end[pid] - start[pid]) / WINDOW_S
             total += used
-            print(f"  {name(pid):10} pid {pid:7}  {used:6.3f} cores")
+            print(f"  {names[pid]:10} pid {pid:7}  {used:6.3f} cores")
     print(f"  total                {total:6.3f} cores (target < 1.0; ratio {total:.2f})")
 
 

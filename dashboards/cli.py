@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -61,7 +60,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         f" (warehouse {env['SING_WAREHOUSE']}{', demo mode' if args.demo else ''})",
         file=sys.stderr,
     )
-    try:
-        return subprocess.run(streamlit_command(args, settings), env=env).returncode
-    except KeyboardInterrupt:
-        return 0
+    sys.stderr.flush()
+    # Become the Streamlit server (same PID), so whoever started `sing dashboard` stops the
+    # server itself with a signal and no orphaned process is left behind.
+    command = streamlit_command(args, settings)
+    os.execve(command[0], command, env)

@@ -46,6 +46,10 @@ def children_of(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def descendants(pid: int) -> list[int]:
+    return [d for child in children_of(pid) for d in (child, *descendants(child))]
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -170,14 +174,14 @@ def test_live_demo_end_to_end(tmp_path: Path) -> None:
         )
         assert after["live_jobs"] >= before["live_jobs"]
 
-        children = children_of(demo.pid)
-        assert len(children) == 3  # exporter, collector, dashboard
+        assert len(children_of(demo.pid)) == 3  # exporter, collector, dashboard
+        left_behind = descendants(demo.pid)
     finally:
         demo.send_signal(signal.SIGTERM)
         output, _ = demo.communicate(timeout=60)
     assert demo.returncode == 0, output
     assert "stopped" in output
-    wait_for(lambda: not any(alive(c) for c in children), 10, "every child to exit")
+    wait_for(lambda: not any(alive(c) for c in left_behind), 10, "every descendant to exit")
 
 
 def _loads(page, url: str) -> bool:
