@@ -13,6 +13,7 @@ import json
 import shutil
 import uuid
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,10 +60,17 @@ def write_trace(
     tmp.mkdir()
     try:
         tables = [(JOBS, jobs)] + ([(TIMESERIES, timeseries)] if timeseries is not None else [])
-        resources = []
-        for spec, data in tables:
-            resources += _write_table(tmp, spec, data, write_csv)
-        figures = aggregates.compute(jobs, timeseries)
+        formats = ["parquet", "csv"] if write_csv else ["parquet"]
+        # The Parquet and CSV writers and SHA-256 release the GIL: each file is written and
+        # hashed in its own thread, beside the others and the aggregates query.
+        with ThreadPoolExecutor(max_workers=len(formats)) as pool:
+            pending = [
+                pool.submit(_write_file, tmp, spec, _in_format_order(spec, data), fmt)
+                for spec, data in tables
+                for fmt in formats
+            ]
+            figures = aggregates.compute(jobs, timeseries)
+            resources = [written.result() for written in pending]
         (tmp / AGGREGATES).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
         package = _datapackage(info, resources, figures)
         (tmp / DATAPACKAGE).write_text(json.dumps(package, indent=2) + "\n")
@@ -92,33 +100,42 @@ def file_digest(path: Path) -> str:
         return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _write_table(directory: Path, spec: Resource, data: pa.Table, write_csv: bool) -> list[dict]:
-    """Write Parquet (and CSV) for one table; return their Frictionless resource descriptors."""
+def _in_format_order(spec: Resource, data: pa.Table) -> pa.Table:
+    """The table's columns that the format defines, in its order (a release may drop some)."""
     names = set(data.column_names)
-    fields = [f for f in spec.fields if f.name in names]
-    data = data.select([f.name for f in fields])
+    return data.select([f.name for f in spec.fields if f.name in names])
+
+
+def _write_file(directory: Path, spec: Resource, data: pa.Table, fmt: str) -> dict:
+    """Write one table as Parquet or CSV; return its Frictionless resource descriptor."""
+    fields = [spec.field(name) for name in data.column_names]
     schema = {
         "fields": [f.descriptor() for f in fields],
         "primaryKey": list(spec.primary_key),
     }
-    parquet = directory / f"{spec.name}.parquet"
-    pq.write_table(data, parquet, compression="zstd")
-    resources = [_resource(spec.name, parquet, "parquet", spec, schema, data.num_rows)]
-    if write_csv:
-        csv = directory / f"{spec.name}.csv"
-        _write_csv(data, csv, spec)
-        resources.append(_resource(f"{spec.name}-csv", csv, "csv", spec, schema, data.num_rows))
-    return resources
+    if fmt == "parquet":
+        path = directory / f"{spec.name}.parquet"
+        pq.write_table(data, path, compression="zstd")
+        return _resource(spec.name, path, fmt, spec, schema, data.num_rows)
+    path = directory / f"{spec.name}.csv"
+    _write_csv(data, path)
+    return _resource(f"{spec.name}-csv", path, fmt, spec, schema, data.num_rows)
 
 
-def _write_csv(data: pa.Table, path: Path, spec: Resource) -> None:
-    """CSV with arrays as JSON text (as Frictionless reads them); DuckDB writes it in parallel."""
+def _write_csv(data: pa.Table, path: Path) -> None:
+    """CSV with arrays as JSON text (as Frictionless reads them), written by DuckDB.
+
+    One DuckDB thread: keeping the row order, a second one formatted batches for a fifth less
+    wall time but a third more CPU time (1M jobs, 2 cores), while the Parquet copy is written
+    beside it anyway (`write_trace`).
+    """
     columns = []
     for name in data.column_names:
         quoted = '"' + name + '"'
         is_list = pa.types.is_list(data.schema.field(name).type)
         columns.append(f"to_json({quoted})::VARCHAR AS {quoted}" if is_list else quoted)
     con = sql.connect()
+    con.execute("SET threads = 1")
     con.register("data", data)
     target = str(path).replace("'", "''")
     con.execute(
