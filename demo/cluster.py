@@ -1,11 +1,12 @@
 """The live simulated campus cluster: a workload, the SING scheduler, and simulated GPUs.
 
-Users of the synthetic workload (warehouse.synthetic) submit jobs over time; the scheduler's
-`sing` policy places them; "running" a job means writing what its GPUs would show into the fake
+Users of the synthetic workload (warehouse.synthetic) submit SING job profiles over time (YAML,
+checked by the executors' own parser, so the cluster's rules apply); the scheduler's `sing`
+policy places them; "running" a job means writing what its GPUs would show into the fake
 exporters' state file (utilisation, memory, power, the job holding each GPU, RDMA rates per
-port), and writing its record where the collector's job sync reads it. Time is compressed:
-`speed` simulated seconds pass per real second, so a 6-hour training run lasts 3 minutes at the
-default speed of 120, while all timestamps stay real wall-clock times.
+port), and writing its job record where the simulated executor (demo.executor) reads it.
+Time is compressed: `speed` simulated seconds pass per real second, so a 6-hour training run
+lasts 3 minutes at the default speed of 120, while all timestamps stay real wall-clock times.
 
 One idle two-node job is submitted first, so an admin always has something to find.
 """
@@ -22,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from executors.profile import JobProfile, parse_profile
+from executors.records import JobRecord
+from executors.settings import ExecutorSettings
 from scheduler.cluster import Cluster
 from scheduler.core import Job, Scheduler
 from scheduler.settings import SchedulerSettings
@@ -34,6 +38,7 @@ KEEP_FINISHED_S = 900.0
 @dataclass
 class LiveJob:
     spec: synthetic.SyntheticJob
+    profile: JobProfile
     submit: datetime
     real_duration_s: float
     start: datetime | None = None
@@ -101,7 +106,8 @@ class LiveCluster:
             job.start, job.gpus = now, placement.gpus
         self._forget_old(now)
         _write_json(self.state_file, self.device_state())
-        _write_json(self.records_file, {"cluster": self.cluster, "jobs": self.records()})
+        records = [r.to_json() for r in self.records()]
+        _write_json(self.records_file, {"cluster": self.cluster, "jobs": records})
 
     def _arrivals(self, now: datetime, real_dt: float) -> None:
         sim_days = real_dt * self.speed / 86_400
@@ -115,7 +121,11 @@ class LiveCluster:
         job_id = str(self.next_id)
         self.next_id += 1
         spec.job_id = job_id
-        self.jobs[job_id] = LiveJob(spec, now, max(5.0, spec.duration / self.speed))
+        profile = parse_profile(
+            profile_yaml(spec, self.gpus_per_node, self.speed), f"<{spec.user}'s profile>",
+            ExecutorSettings(max_gpus_per_node=self.gpus_per_node),
+        )  # fmt: skip
+        self.jobs[job_id] = LiveJob(spec, profile, now, max(5.0, spec.duration / self.speed))
         self.scheduler.submit(
             Job(job_id, spec.num_gpus, user=spec.user, duration_s=spec.duration / self.speed),
             now.timestamp(),
@@ -163,34 +173,56 @@ class LiveCluster:
                     }
         return {"nodes": nodes}
 
-    def records(self) -> list[dict[str, Any]]:
-        """Job records in the warehouse's `jobs` columns, plus each job's GPUs."""
+    def records(self) -> list[JobRecord]:
+        """What the simulated executor reports: every job it knows, as the executors' records."""
         out = []
         for job in self.jobs.values():
-            spec = job.spec
+            spec, profile = job.spec, job.profile
             out.append(
-                {
-                    "job_id": spec.job_id,
-                    "user": spec.user,
-                    "account": spec.account,
-                    "partition": "interactive" if spec.interactive else "gpu",
-                    "name": f"{spec.habit}-{spec.job_id}",
-                    "submit_time": job.submit.isoformat(),
-                    "start_time": job.start.isoformat() if job.start else None,
-                    "end_time": job.end.isoformat() if job.end else None,
-                    "state": job.state,
-                    "exit_code": spec.exit_code if job.end else None,
-                    "num_nodes": len(job.gpus) or -(-spec.num_gpus // self.gpus_per_node),
-                    "gpus_per_node": min(spec.num_gpus, self.gpus_per_node),
-                    "num_gpus": spec.num_gpus,
-                    "time_limit_s": int(spec.time_limit / self.speed),
-                    "nodes": sorted(job.gpus),
-                    "interactive": spec.interactive,
-                    "dependencies": json.dumps(spec.dependencies, sort_keys=True),
-                    "gpus": job.gpus,
-                }
+                JobRecord(
+                    job_id=spec.job_id,
+                    cluster=self.cluster,
+                    state=job.state,
+                    user=spec.user,
+                    account=spec.account,
+                    partition=profile.partition,
+                    name=profile.name,
+                    submit_time=job.submit,
+                    start_time=job.start,
+                    end_time=job.end,
+                    exit_code=spec.exit_code if job.end else None,
+                    nodes=tuple(sorted(job.gpus)),
+                    num_gpus=profile.num_gpus,
+                    gpus={node: tuple(gpus) for node, gpus in job.gpus.items()},
+                    time_limit_s=profile.time_limit_s,
+                    interactive=profile.interactive,
+                    dependencies=profile.dependencies(),
+                )
             )
         return out
+
+
+def profile_yaml(spec: synthetic.SyntheticJob, gpus_per_node: int, speed: float) -> str:
+    """The SING job profile a user of this habit would write for this job."""
+    nodes = max(1, -(-spec.num_gpus // gpus_per_node))
+    software = dict(spec.dependencies)
+    python, cuda = software.pop("python", None), software.pop("cuda", None)
+    limit_s = max(60, int(spec.time_limit / speed))
+    lines = [
+        f"name: {spec.habit}-{spec.job_id}",
+        f"partition: {'interactive' if spec.interactive else 'gpu'}",
+        f"nodes: {nodes}",
+        f"gpus_per_node: {spec.num_gpus // nodes}",
+        f"time_limit: {limit_s // 3600:02d}:{limit_s % 3600 // 60:02d}:{limit_s % 60:02d}",
+        f"interactive: {'true' if spec.interactive else 'false'}",
+        "entry:",
+        "  commands: [python train.py --config config.yaml]",
+        "environment:",
+        f"  python: '{python}'" if python else "",
+        f"  cuda: '{cuda}'" if cuda else "",
+        "  pip: [" + ", ".join(f"'{name}=={version}'" for name, version in software.items()) + "]",
+    ]
+    return "\n".join(line for line in lines if line) + "\n"
 
 
 def _idle_gpu() -> dict[str, Any]:

@@ -89,7 +89,7 @@ warehouse = "warehouse"
 [collector]
 file_sd = "targets.json"
 interval_s = {self.o.interval_s}
-job_sync = "demo.jobsync:sync"
+job_sync = "demo.executor:sync"
 job_sync_interval_s = {self.o.interval_s}
 maintenance_interval_s = 120
 metrics_port = {self.o.collector_metrics_port}
