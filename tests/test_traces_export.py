@@ -330,3 +330,56 @@ def test_rare_shape_policies(tmp_path):
     assert models["generalize"] == (["A100"] * 6 + ["other"] * 6, 0)
     assert models["suppress"] == (["A100"] * 6, 6)
     assert models["keep"] == (["A100"] * 6 + ["H100"] * 3 + ["V100"] * 3, 0)
+
+
+def test_multi_node_job_lists_and_medians(tmp_path):
+    """A job on node03 then node01: renamed nodes keep the job's order, RDMA bytes follow them,
+    and the median runs over its three GPUs (a one-GPU job's median is its mean)."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("nodes", pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100"] * 3}))
+    wh.append(
+        "jobs",
+        pa.Table.from_pylist(
+            [
+                job(0, "alice.liddell", 0, 0, 2, [HOSTS[2], HOSTS[0]], 2),
+                job(1, "bob.marley", 1, 0, 2, [HOSTS[1]], 1),
+            ]
+        ),
+    )
+    at = T0 + timedelta(minutes=5)
+    gpus = [("1000", HOSTS[2], 0, 0.2), ("1000", HOSTS[2], 1, 0.4), ("1000", HOSTS[0], 0, 0.9)]
+    gpus += [("1001", HOSTS[1], 0, 0.3)]
+    wh.append(
+        "gpu_samples",
+        pa.Table.from_pylist(
+            [
+                {"ts": at, "node": n, "gpu_index": g, "util": u, "sm_active": u, "job_id": j}
+                for j, n, g, u in gpus
+            ]
+        ),
+    )
+    wh.append(
+        "rdma_samples",
+        pa.table(
+            {
+                "ts": [at, at],
+                "node": [HOSTS[0], HOSTS[2]],
+                "device": ["mlx5_0"] * 2,
+                "port": [1, 1],
+                "tx_delta_bytes": [100, 300],
+                "rx_delta_bytes": [1, 3],
+                "job_id": ["1000", "1000"],
+            }
+        ),
+    )
+    settings = TraceSettings(rare_shapes="keep")
+    two_nodes, one_gpu = build_release(wh, T0, UNTIL, KEY, settings).jobs.to_pylist()
+    assert two_nodes["nodes"] == ["n003", "n001"]  # node01 -> n001, node03 -> n003
+    assert two_nodes["node_rdma_tx_bytes"] == [300, 100]
+    assert two_nodes["node_rdma_rx_bytes"] == [3, 1]
+    assert two_nodes["rdma_tx_bytes"] == 400
+    assert two_nodes["gpu_util_p50"] == pytest.approx(0.4)
+    assert two_nodes["gpu_util_mean"] == pytest.approx(0.5)
+    assert two_nodes["sm_active_p50"] == pytest.approx(0.4)
+    assert one_gpu["nodes"] == ["n002"] and one_gpu["node_rdma_tx_bytes"] == [None]
+    assert one_gpu["gpu_util_p50"] == one_gpu["gpu_util_mean"] == pytest.approx(0.3)

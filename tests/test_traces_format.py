@@ -28,9 +28,11 @@ def test_doc_describes_every_field():
 
 def test_pseudonym_is_keyed_hmac_sha256():
     key = b"release-2025-key-0123456789abcdef"
-    got = pseudonymize(pa.array(["alice", None, "alice", "bob"]), key, "u").to_pylist()
+    values = pa.array(["alice", None, "alice", "bob"])
+    got = pseudonymize(values, key, "u").to_pylist()
     expected = "u_" + hmac.new(key, b"u:alice", hashlib.sha256).hexdigest()[:16]
     assert got[0] == got[2] == expected and got[1] is None and got[3] != expected
+    assert pseudonymize(values, key, "u", distinct=True).to_pylist() == got
     assert got[0] != "u_" + hashlib.sha256(b"u:alice").hexdigest()[:16]  # not a bare hash
 
 

@@ -21,14 +21,28 @@ PSEUDONYM_HEX = 16  # 64 bits: no collisions expected below ~10^9 distinct value
 SHA256_BLOCK = 64
 
 
-def pseudonymize(column: pa.ChunkedArray | pa.Array, key: bytes, kind: str) -> pa.Array:
-    """Replace each value by `kind` + '_' + HMAC-SHA256(key, kind:value), nulls kept."""
-    column = pa.chunked_array([column]) if isinstance(column, pa.Array) else column
-    encoded = pc.dictionary_encode(column.combine_chunks())
+def pseudonymize(
+    column: pa.ChunkedArray | pa.Array, key: bytes, kind: str, distinct: bool = False
+) -> pa.Array:
+    """Replace each value by `kind` + '_' + HMAC-SHA256(key, kind:value), nulls kept.
+
+    The HMAC runs once per distinct value, found first; `distinct=True` says that (nearly) all
+    values differ already, as job ids do, so looking for repeats would be wasted work.
+    """
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if distinct:
+        return _pseudonyms(array, key, kind)
+    encoded = pc.dictionary_encode(array)
+    return pc.take(_pseudonyms(encoded.dictionary, key, kind), encoded.indices)
+
+
+def _pseudonyms(values: pa.Array, key: bytes, kind: str) -> pa.Array:
     mac = hmac_sha256_hex(key, f"{kind}:".encode())
-    values = encoded.dictionary.cast(pa.binary()).to_pylist()
-    names = [f"{kind}_{mac(value)[:PSEUDONYM_HEX]}" for value in values]
-    return pc.take(pa.array(names, pa.string()), encoded.indices)
+    names = [
+        None if value is None else f"{kind}_{mac(value)[:PSEUDONYM_HEX]}"
+        for value in values.cast(pa.binary()).to_pylist()
+    ]
+    return pa.array(names, pa.string())
 
 
 def hmac_sha256_hex(key: bytes, prefix: bytes) -> Callable[[bytes], str]:

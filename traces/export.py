@@ -67,20 +67,35 @@ FROM (
 # The kept jobs (`kept`: r, group and GPU model after the k-anonymity policy), in release order.
 JOBS_SQL = f"""
 WITH gpu_job AS (
-    SELECT r,
+    SELECT r, count(*) AS gpus,
            sum(util_sum) / nullif(sum(n), 0) AS gpu_util_mean,
-           median(util_sum / nullif(n, 0)) AS gpu_util_p50,
            max(util_max) AS gpu_util_max,
            sum(sm_sum) / nullif(sum(sm_n), 0) AS sm_active_mean,
-           median(sm_sum / nullif(sm_n, 0)) AS sm_active_p50,
            max(mem_peak) AS gpu_mem_peak_bytes,
            sum(energy) AS energy_j
     FROM gpu GROUP BY r
 ),
-job_nodes AS (
-    SELECT r, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i FROM sel
+gpu_p50 AS (  -- the median over a job's GPUs; of one GPU that is the job's mean (most jobs)
+    SELECT r, median(util_sum / nullif(n, 0)) AS gpu_util_p50,
+           median(sm_sum / nullif(sm_n, 0)) AS sm_active_p50
+    FROM gpu WHERE r IN (SELECT r FROM gpu_job WHERE gpus > 1)
+    GROUP BY r
 ),
-node_entries AS (  -- sorting each small list beats an ordered aggregate (list ... ORDER BY)
+-- Each job's nodes renamed, with the job's RDMA bytes on each. Most jobs hold one node, which
+-- two plain joins name; longer lists are unnested, joined and put back in list order (sorting
+-- each small list beats an ordered aggregate, list(... ORDER BY i)).
+one_node AS (
+    SELECT s.r, [m.alias] AS nodes, [d.tx] AS node_rdma_tx_bytes, [d.rx] AS node_rdma_rx_bytes
+    FROM sel s
+    JOIN node_map m ON m.node = s.nodes[1]
+    LEFT JOIN rdma d ON d.r = s.r AND d.node = s.nodes[1]
+    WHERE len(s.nodes) = 1
+),
+job_nodes AS (
+    SELECT r, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i
+    FROM sel WHERE len(nodes) > 1
+),
+node_entries AS (
     SELECT jn.r, list_sort(list({{'i': jn.i, 'node': m.alias, 'tx': d.tx, 'rx': d.rx}})) AS l
     FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma d USING (r, node)
     GROUP BY jn.r
@@ -91,6 +106,8 @@ node_lists AS (
            list_transform(l, lambda e: e.tx) AS node_rdma_tx_bytes,
            list_transform(l, lambda e: e.rx) AS node_rdma_rx_bytes
     FROM node_entries
+    UNION ALL
+    SELECT * FROM one_node
 ),
 rdma_job AS (
     SELECT r, sum(tx)::BIGINT AS rdma_tx_bytes, sum(rx)::BIGINT AS rdma_rx_bytes
@@ -118,11 +135,16 @@ SELECT t.job_id, t."user", k."group",
             WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
        t.time_limit_s, t.interactive, t.censored, t.dependencies,
-       nl.nodes, g.* EXCLUDE (r), rj.* EXCLUDE (r),
+       nl.nodes, g.gpu_util_mean,
+       CASE WHEN g.gpus = 1 THEN g.gpu_util_mean ELSE p.gpu_util_p50 END AS gpu_util_p50,
+       g.gpu_util_max, g.sm_active_mean,
+       CASE WHEN g.gpus = 1 THEN g.sm_active_mean ELSE p.sm_active_p50 END AS sm_active_p50,
+       g.gpu_mem_peak_bytes, g.energy_j, rj.rdma_tx_bytes, rj.rdma_rx_bytes,
        nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
 FROM times t
 JOIN kept k USING (r)
 LEFT JOIN gpu_job g USING (r)
+LEFT JOIN gpu_p50 p USING (r)
 LEFT JOIN node_lists nl USING (r)
 LEFT JOIN rdma_job rj USING (r)
 ORDER BY t.submit_time, t.job_id  -- the release order
@@ -263,7 +285,7 @@ def export_zip(
 def _pseudonymize_jobs(jobs: pa.Table, key: bytes) -> pa.Table:
     group = jobs["group"]
     merged = pc.equal(group, OTHER)
-    jobs = jobs.set_column(0, "job_id", pseudonymize(jobs["job_id"], key, "j"))
+    jobs = jobs.set_column(0, "job_id", pseudonymize(jobs["job_id"], key, "j", distinct=True))
     users = jobs.column_names.index("user")
     jobs = jobs.set_column(users, "user", pseudonymize(jobs["user"], key, "u"))
     groups = jobs.column_names.index("group")
