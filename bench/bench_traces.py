@@ -1,8 +1,9 @@
 """Trace export and import rates for 1M synthetic jobs (target: export with anonymization < 10 s).
 
-Builds a warehouse of N jobs (2,000 users, 60 groups, 400 nodes, one GPU sample and one RDMA
-sample per job so the telemetry joins do real work; closed days compacted into rollups as a
-running site's collector does), then times side by side in one run:
+Builds a warehouse of N jobs (2,000 users, 60 groups, 400 nodes, one job in ten on 2-4 whole
+nodes; one GPU sample and one RDMA sample per node of each job so the telemetry joins, node lists
+and medians do real work; closed days compacted into rollups as a running site's collector does),
+then times side by side in one run:
 export with the default policy (Parquet + CSV), the same export's two halves (building the
 anonymized release in memory, writing its files), export Parquet only, validation, and importing
 the same number of jobs from a Helios-format CSV.
@@ -49,7 +50,8 @@ def synthetic_jobs(n: int, rng: np.random.Generator) -> pl.DataFrame:
     queue = rng.exponential(600, n).astype(np.int64) * 1_000_000
     run = (rng.lognormal(7, 1.5, n).astype(np.int64) + 1) * 1_000_000
     users = rng.integers(0, 2000, n)
-    gpus = rng.choice([1, 2, 4, 8], n, p=[0.6, 0.15, 0.15, 0.1])
+    span = np.where(rng.random(n) < 0.1, rng.integers(2, 5, n), 1)  # nodes per job
+    gpus = np.where(span > 1, 8, rng.choice([1, 2, 4, 8], n, p=[0.6, 0.15, 0.15, 0.1]))
     node = rng.integers(0, 400, n)
     deps = [json.dumps({"torch": f"2.{i}", "python": "3.11"}) for i in range(5)]
     return pl.DataFrame(
@@ -65,10 +67,13 @@ def synthetic_jobs(n: int, rng: np.random.Generator) -> pl.DataFrame:
             "end_time": _utc(submit + queue + run),
             "state": "COMPLETED",
             "exit_code": 0,
-            "num_nodes": 1,
+            "num_nodes": span,
             "gpus_per_node": gpus,
-            "num_gpus": gpus,
-            "nodes": [[f"node{x:03d}"] for x in node],
+            "num_gpus": gpus * span,
+            "nodes": [
+                [f"node{(x + i) % 400:03d}" for i in range(k)]
+                for x, k in zip(node, span, strict=True)
+            ],
             "dependencies": [deps[i % 5] for i in range(n)],
         }
     )
@@ -85,9 +90,9 @@ def build_warehouse(root: Path, n: int) -> Warehouse:
         ),
     )
     wh.append("jobs", jobs)
-    samples = jobs.select(
+    samples = jobs.explode("nodes").select(
         ts=pl.col("start_time"),
-        node=pl.col("nodes").list.first(),
+        node=pl.col("nodes"),
         gpu_index=pl.lit(0),
         util=pl.lit(0.5),
         sm_active=pl.lit(0.3),
