@@ -50,8 +50,8 @@ def hmac_sha256_hex(key: bytes, prefix: bytes) -> Callable[[bytes], str]:
 
     HMAC = H((K ^ opad) || H((K ^ ipad) || m)) (RFC 2104). The padded key halves (and the
     prefix) are hashed once; each message then costs two copies of those hash states and no
-    Python-level `hmac.HMAC` wrapper calls, about half the time of copying a keyed `hmac` object
-    for each of a million job ids. A test checks the result against `hmac.new`.
+    Python-level `hmac.HMAC` wrapper calls: about 40 % less time than copying a keyed `hmac`
+    object for each of a million job ids. A test checks the result against `hmac.new`.
     """
     if len(key) > SHA256_BLOCK:
         key = hashlib.sha256(key).digest()
