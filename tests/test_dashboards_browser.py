@@ -202,11 +202,11 @@ def test_proxy_header_identity_and_a_user_kept_to_own_jobs(browser, warehouse: P
     for url in serve(warehouse, config):
         anonymous = browser.new_page()
         anonymous.goto(url)
-        anonymous.wait_for_selector("h1", timeout=60_000)
+        settle(anonymous)
         assert "did not send the X-Remote-User header" in anonymous.inner_text("body")
         assert anonymous.locator('[data-testid="stMetric"]').count() == 0
         anonymous.goto(f"{url}/cluster")  # a page's own URL shows the same refusal
-        anonymous.wait_for_selector("h1", timeout=60_000)
+        settle(anonymous)
         assert "did not send the X-Remote-User header" in anonymous.inner_text("body")
         assert "Idle jobs" not in anonymous.inner_text("body")
         user = browser.new_page(extra_http_headers={"X-Remote-User": "aturing"})
