@@ -174,6 +174,16 @@ def phase_breakdown(rows: int, batches: int, tmp: Path) -> dict:
                 pq.write_table(part, path, compression=c, row_group_size=g)
 
         out[f"pyarrow {compression} rg={group}"] = _write_cost(write, paths)
+    # The warehouse's own writer settings, on one thread (append adds a second for big batches).
+    paths = [tmp / f"warehouse-{day}.parquet" for day, _ in parts]
+
+    def warehouse_writer() -> None:
+        for (_, part), path in zip(parts, paths, strict=True):
+            files._write_parquet(part, path)
+
+    out["pyarrow zstd-1, dictionaries on text only (1 thread)"] = _write_cost(
+        warehouse_writer, paths
+    )
     # DuckDB's Parquet writer encodes row groups on all cores.
     con = duckdb.connect()
     paths = [tmp / f"duckdb-{day}.parquet" for day, _ in parts]
@@ -243,7 +253,7 @@ def main() -> None:
 
     print(f"bulk ingest of {args.rows:,} gpu_samples rows (one Arrow table, one UTC day)")
     for name, label in [
-        ("warehouse_bulk", "Warehouse.append (Parquet zstd, fsync+rename)"),
+        ("warehouse_bulk", "Warehouse.append (zstd-1, 2 writers, fsync+rename)"),
         ("duckdb_memory", "raw DuckDB INSERT ... SELECT * FROM arrow (in memory)"),
         ("duckdb_file", "raw DuckDB INSERT into a file + CHECKPOINT"),
     ]:

@@ -235,16 +235,16 @@ def test_a_batch_spanning_midnight_is_all_or_nothing(tmp_path: Path, monkeypatch
     """append() promises one atomic batch; a crash between its day files must not leave half."""
     wh = Warehouse(tmp_path / "wh")
     data = pa.concat_tables([batch(95, 8), batch(96, 8)])  # 23:45 and 00:00 the next day
-    real_write = files.write_temporary
+    real_write = files.write_temporaries
     calls = []
 
-    def crash_on_second_day(directory: Path, table: pa.Table) -> Path:
+    def crash_on_second_day(directory: Path, table: pa.Table) -> list[Path]:
         calls.append(directory)
         if len(calls) == 2:
             raise OSError("killed")  # the writer dies while writing the second day's file
         return real_write(directory, table)
 
-    monkeypatch.setattr(files, "write_temporary", crash_on_second_day)
+    monkeypatch.setattr(files, "write_temporaries", crash_on_second_day)
     with pytest.raises(OSError):
         wh.append("gpu_samples", data)
     assert counted(wh)[0] == 0, "half of a batch is visible"

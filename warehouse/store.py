@@ -90,7 +90,11 @@ class Warehouse:
             parts = [(self.table_dir(name), batch)]
         # All files are written before any is published, so a batch spanning several days
         # becomes visible whole, unless the process dies within the few renames at the end.
-        written = [(directory, files.write_temporary(directory, part)) for directory, part in parts]
+        written = [
+            (directory, tmp)
+            for directory, part in parts
+            for tmp in files.write_temporaries(directory, part)
+        ]
         for directory, tmp in written:
             files.commit_written(tmp, directory)
         return batch.num_rows
