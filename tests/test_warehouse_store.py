@@ -437,3 +437,15 @@ def test_documented_external_reader_sql_counts_each_row_once(wh: Warehouse) -> N
     doc = (Path(__file__).parent.parent / "docs" / "warehouse.md").read_text()
     sql = doc.split("```sql\n")[1].split("```")[0].replace("ROOT", str(wh.root))
     assert duckdb.sql(sql).fetchall() == [(len(SAMPLES) + 1,)]
+
+
+def test_cleanup_skips_a_temporary_renamed_into_place_meanwhile(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A writer may rename its temporary between the compactor's listing and its stat()."""
+    gone = tmp_path / f"{files.TMP_PREFIX}renamed.parquet"  # listed, then renamed away
+    stale = tmp_path / f"{files.TMP_PREFIX}stale.parquet"
+    stale.write_bytes(b"left by a killed writer")
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter([gone, stale]))
+    assert files.remove_stale_temporaries(tmp_path, older_than_s=-1) == 1
+    assert not stale.exists()

@@ -152,7 +152,13 @@ def remove_stale_temporaries(directory: Path, older_than_s: float) -> int:
         return 0
     cutoff = time.time() - older_than_s
     for p in directory.iterdir():
-        if p.name.startswith(TMP_PREFIX) and p.stat().st_mtime < cutoff:
+        if not p.name.startswith(TMP_PREFIX):
+            continue
+        try:
+            stale = p.stat().st_mtime < cutoff
+        except FileNotFoundError:  # a writer renamed it into place meanwhile
+            continue
+        if stale:
             p.unlink(missing_ok=True)
             removed += 1
     return removed
