@@ -15,14 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from demo.run import children_of
+
 SETTLE_S = 45
 WINDOW_S = 60
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def tree(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [pid] + [c for child in out.split() for c in tree(int(child))]
+    return [pid] + [c for child in children_of(pid) for c in tree(child)]
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, float]:

@@ -218,5 +218,18 @@ records_file = "jobs.json"
         print("sing demo: stopped", flush=True)
 
 
+def children_of(pid: int) -> list[int]:
+    """Direct children of a process, from /proc (no procps needed on a bare machine)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
 def default_home() -> Path:
     return Path(os.environ.get("SING_DEMO_HOME", "var/demo")).resolve()

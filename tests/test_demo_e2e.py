@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.run import children_of
 from tests.debian import ensure_packages
 from warehouse import analytics
 from warehouse.store import Warehouse
@@ -39,11 +40,6 @@ def free_port_block(count: int) -> int:
         except OSError:
             continue
     raise RuntimeError("no free port block")
-
-
-def children_of(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def descendants(pid: int) -> list[int]:
