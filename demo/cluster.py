@@ -152,20 +152,21 @@ class LiveCluster:
                 for i in indices:
                     util = spec.mean_util
                     if util > 0.01:
-                        util = min(1.0, max(0.0, util + self.noise.gauss(0, 0.08)))
+                        util = min(1.0, max(0.0, util + self.noise.gauss(0, synthetic.UTIL_NOISE)))
                     utils.append(util)
                     nodes[node]["gpus"][str(i)] = {
                         "util": round(util, 4),
                         "sm_active": round(util * spec.sm_factor, 4),
                         "memory_used": int(spec.mem_share * synthetic.GPU_MEMORY),
-                        "power_w": round(_power(util), 1),
+                        "power_w": round(synthetic.power_w(util), 1),
                         "temperature": round(30 + 45 * util, 1),
                         "job_id": job.spec.job_id,
                         "user": spec.user,
                     }
-                talks = len(job.gpus) > 1 and spec.mean_util > 0.01
                 mean_util = sum(utils) / len(utils)
-                rate = 0.35 * mean_util * synthetic.NODE_LINK_BYTES_S if talks else 0.0
+                rate = 0.0
+                if synthetic.talks(len(job.gpus), spec.mean_util):
+                    rate = synthetic.rdma_bytes_per_s(mean_util)
                 for port in range(synthetic.RDMA_PORTS):
                     nodes[node]["rdma"][f"mlx5_{port}/1"] = {
                         "tx_bytes_per_s": rate / synthetic.RDMA_PORTS,
@@ -235,10 +236,6 @@ def _idle_gpu() -> dict[str, Any]:
         "job_id": None,
         "user": None,
     }
-
-
-def _power(util: float) -> float:
-    return synthetic.IDLE_POWER_W + (synthetic.MAX_POWER_W - synthetic.IDLE_POWER_W) * util**0.9
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import polars as pl
 
+from warehouse.rollups import IDLE_SAMPLE_UTIL
+
 # Per-job usage over the job's whole life, one row per job (the base of most reports).
 JOB_USAGE_SQL = """
 WITH gpu AS (
@@ -81,8 +83,6 @@ def job_usage(
     now: datetime | None = None,
 ) -> pl.DataFrame:
     """One row per job overlapping the window, with its efficiency figures."""
-    from warehouse.rollups import IDLE_SAMPLE_UTIL
-
     params = {**_window(since, until, now), "idle_sample": IDLE_SAMPLE_UTIL}
     return con.sql(JOB_USAGE_SQL, params=params).pl()
 

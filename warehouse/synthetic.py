@@ -38,6 +38,8 @@ SAMPLE_S = 15
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 GPU_MEMORY = 80 * 2**30
 IDLE_POWER_W, MAX_POWER_W = 70.0, 700.0
+UTIL_NOISE = 0.08  # standard deviation of a busy GPU's utilisation around its job's mean
+LINK_SHARE = 0.35  # share of the node's RDMA link a fully busy multi-node job uses
 RDMA_PORTS = 4
 NODE_LINK_BYTES_S = RDMA_PORTS * 200e9 / 8  # 4 x 200 Gb/s
 MEAN_UTIL_BY_NODES = {1: 0.60, 2: 0.45, 4: 0.35, 8: 0.25}
@@ -351,11 +353,11 @@ class _Sampler:
         sm = np.array([j.sm_factor for j in self.jobs] + [0.0], dtype=np.float32)
         mem = np.array([j.mem_share for j in self.jobs] + [0.0], dtype=np.float32)
         held = owner >= 0
-        noise = self.rng.normal(0, 0.08, owner.shape).astype(np.float32)
+        noise = self.rng.normal(0, UTIL_NOISE, owner.shape).astype(np.float32)
         util = np.where(
             held, np.clip(util_mean[owner] + noise * (util_mean[owner] > 0.01), 0, 1), 0
         )
-        power = IDLE_POWER_W + (MAX_POWER_W - IDLE_POWER_W) * util**0.9
+        power = power_w(util)
         energy = self.energy[:, None] + np.cumsum(power.astype(np.float64) * SAMPLE_S, axis=1)
         self.energy = energy[:, -1].copy()
         mem_used = np.where(held, mem[owner] * GPU_MEMORY, 0).astype(np.int64)
@@ -389,12 +391,11 @@ class _Sampler:
     ) -> pa.Table:
         n_nodes, n_steps = len(self.names), len(steps)
         by_node = owner.reshape(n_nodes, self.gpn, n_steps)
-        # Multi-node jobs that do work talk over RDMA; idle ones send next to nothing.
-        talks = np.array([j.num_nodes > 1 and j.mean_util > 0.01 for j in self.jobs] + [False])
+        talking = np.array([talks(j.num_nodes, j.mean_util) for j in self.jobs] + [False])
         # The job holding the node's first GPU holds most of it for multi-node jobs (whole nodes).
         node_job = by_node[:, 0, :]
         node_util = util.reshape(n_nodes, self.gpn, n_steps).mean(axis=1)
-        rate = np.where(talks[node_job], 0.35 * node_util * NODE_LINK_BYTES_S, 2e4)
+        rate = np.where(talking[node_job], rdma_bytes_per_s(node_util), 2e4)
         jitter = self.rng.uniform(0.9, 1.1, (n_nodes, RDMA_PORTS, n_steps, 2))
         delta = np.floor(rate[:, None, :, None] / RDMA_PORTS * SAMPLE_S * jitter).astype(np.int64)
         delta -= delta % 4  # counters count 4-byte words
@@ -420,6 +421,21 @@ class _Sampler:
             }
         )
         return _sort_by_time(table)
+
+
+def power_w(util: float | np.ndarray) -> float | np.ndarray:
+    """Board power at a utilisation, between the H100's idle draw and its limit."""
+    return IDLE_POWER_W + (MAX_POWER_W - IDLE_POWER_W) * util**0.9
+
+
+def talks(num_nodes: int, mean_util: float) -> bool:
+    """Multi-node jobs that do work talk over RDMA; idle ones send next to nothing."""
+    return num_nodes > 1 and mean_util > 0.01
+
+
+def rdma_bytes_per_s(node_util: float | np.ndarray) -> float | np.ndarray:
+    """A talking job's RDMA traffic on one node, in proportion to its GPUs' activity."""
+    return LINK_SHARE * node_util * NODE_LINK_BYTES_S
 
 
 def _timestamps(start: datetime, steps: np.ndarray) -> np.ndarray:
