@@ -16,13 +16,13 @@ from streamlit.testing.v1 import AppTest
 from dashboards import access
 from dashboards.settings import DashboardSettings, RoleSettings
 from sing.config import Config, ConfigError
+from tests.shared_data import PHILLY
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
 
 APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
 END = datetime(2026, 6, 1, tzinfo=UTC)
 ADMIN, USER, RESEARCHER = "ghopper", "aturing", "rsearch"
-PHILLY = Path(__file__).parents[2] / "shared/traces/philly/philly_pollux_jobs.csv"
 
 
 @pytest.fixture(scope="module")

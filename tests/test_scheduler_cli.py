@@ -10,8 +10,8 @@ import pytest
 
 from scheduler.workload import read_trace
 from sing.cli import main
+from tests.shared_data import PHILLY
 
-PHILLY = Path(__file__).resolve().parents[2] / "shared/traces/philly/philly_pollux_jobs.csv"
 TRACE = (
     "job_id,user,submit_time,duration_s,num_gpus\n"
     "a,u1,0,10,2\nb,u2,1,10,4\nc,u1,2,3,1\nd,u2,3,20,2\n"

@@ -19,8 +19,8 @@ import pytest
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload, read_trace
+from tests.shared_data import PHILLY
 
-PHILLY = Path(__file__).resolve().parents[2] / "shared/traces/philly/philly_pollux_jobs.csv"
 FIXTURE = Path(__file__).parent / "fixtures/scheduler/philly_starts.csv"
 # A busy stretch: the first 3,000 jobs from 2017-10-23 (50 h) on 32 x 8 GPUs keep a queue of
 # 1- to 16-GPU jobs most of the time, and some jobs start on arrival.

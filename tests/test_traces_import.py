@@ -11,13 +11,13 @@ import pytest
 
 from sing.cli import main
 from sing.errors import UserError
+from tests.shared_data import PHILLY
 from traces.importers import import_trace
 from traces.read import jobs_for_simulation
 from traces.swf import write_swf
 from traces.validate import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-PHILLY = Path(__file__).parents[2] / "shared" / "traces" / "philly" / "philly_pollux_jobs.csv"
 
 
 def rows(trace: Path, *columns: str) -> list[tuple]:
