@@ -108,14 +108,21 @@ def run(args: argparse.Namespace, config: Config) -> int:
         fake_root = Path(args.fake_root or scratch)
         servers: list[Any] = []
         try:
-            collector = None
-            for name, port in nodes:
-                collector = _start_node(name, port, settings, args, description, state,
-                                        fake_root, recorder, servers)  # fmt: skip
-            _wait(args.duration, settings.record_interval if recorder else None, stop, collector)
+            collectors = [
+                _start_node(name, port, settings, args, description, state,
+                            fake_root, recorder, servers)
+                for name, port in nodes
+            ]  # fmt: skip
+            sampler = threading.Thread(
+                target=_sample_activity, args=(collectors, stop), name="gpm-sampler", daemon=True
+            )
+            sampler.start()
+            interval = settings.record_interval if recorder else None
+            _wait(args.duration, interval, stop, collectors[-1])
         except KeyboardInterrupt:
             pass
         finally:
+            stop.set()  # ends the sampling thread
             for server in servers:
                 server.shutdown()
             if recorder:
@@ -162,6 +169,13 @@ def _start_node(
     where = f"http://{settings.listen_address}:{port}/metrics"
     log.info("serving %s on %s", name or "this node", where)
     return collector
+
+
+def _sample_activity(collectors: list[NodeCollector], stop: threading.Event) -> None:
+    """Take GPM samples on the exporter's clock, so SM activity covers a window of its own."""
+    while True:
+        if stop.wait(min(c.gpus.sample_activity() for c in collectors)):
+            return
 
 
 def _wait(

@@ -9,13 +9,20 @@ The device state comes from three layers, later ones winning, per GPU:
    demo can set utilisation, memory, power and jobs while the exporter runs.
 
 Values use the same keys and SI units as a GpuReading (exporters/gpu.py); this module converts
-them to NVML's raw units (mW, mJ, percent, MHz), so the real unit conversions are exercised.
-A value that is absent makes its NVML call fail with NOT_SUPPORTED, as on a GPU that lacks it;
-`errors: {reading: kind}` makes a reading fail with any NVML error (`all` for every call).
+them to NVML's raw units (mW, mJ, percent, MHz, KiB per NVLink), so the real unit conversions are
+exercised. It models NVML on its own, from pynvml's constants, and imports nothing of the
+exporter it checks. A value that is absent makes its NVML call fail with NOT_SUPPORTED, as on a
+GPU that lacks it; `errors: {reading: kind}` makes a reading fail with any NVML error (`all` for
+every call).
+
+Like a driver, the fake samples utilisation and SM activity on its own clock (once a second,
+evaluating patterns at each sample's time) and keeps the recent samples: nvmlDeviceGetSamples
+returns them and a GPM interval is the mean of those it spans. Each NVLink is its own counter.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import json
 import math
@@ -33,7 +40,6 @@ import pynvml
 import yaml
 
 from exporters.errors import NVML_ERROR_CODES
-from exporters.gpu import FIELD_COUNTERS, GPM_METRICS
 from exporters.recording import load_recording
 from sing.errors import UserError
 
@@ -49,6 +55,30 @@ RATES = {
     "nvlink_tx_bytes": "nvlink_tx_bytes_per_s",
     "nvlink_rx_bytes": "nvlink_rx_bytes_per_s",
 }
+PER_LINK = {"nvlink_tx_bytes", "nvlink_rx_bytes"}  # one counter per NVLink, `nvlinks` of them
+# NVML field id -> (state key, bytes per unit NVML counts in).
+FIELDS = {
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: ("pcie_tx_bytes", 1),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", 1),
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: ("nvlink_tx_bytes", 1024),  # KiB per link
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: ("nvlink_rx_bytes", 1024),
+}
+GPM_KEYS = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
+}
+SAMPLE_PERIOD_S = 1.0  # the fake driver's activity samples (a real one: 1/6 s to 1 s)
+SAMPLES_KEPT = 120  # a driver keeps a bounded buffer of recent samples
+
+
+@dataclass
+class ActivitySample:
+    """What the fake driver saw at one sample time; `util` is as nvmlDeviceGetSamples gives it."""
+
+    t: float
+    values: dict[str, float | None]  # util, sm_active, sm_occupancy, tensor_active (0-1)
+    util: SimpleNamespace | None
 
 
 def load_yaml(path: str | Path, what: str) -> dict[str, Any]:
@@ -141,13 +171,28 @@ SHAPES: dict[str, Callable[[float, float, dict[str, Any]], float]] = {
 
 
 def evaluate(spec: Any, t: float, util: float, stagger: float) -> Any:
-    """A value at time t: a number as is, or a pattern mapping (stagger: default phase, 0-1)."""
+    """A value at time t: a number as is, a pattern mapping (stagger: default phase, 0-1), or
+    a list of either (per NVLink)."""
+    if isinstance(spec, list):
+        return [evaluate(item, t, util, stagger) for item in spec]
     if not isinstance(spec, dict) or "pattern" not in spec:
         return spec
     period = spec.get("period_s", 60.0)
     x = ((t + spec.get("phase_s", stagger * period)) % period) / period
     low, high = spec.get("min", 0.0), spec.get("max", 1.0)
     return low + (high - low) * SHAPES[spec["pattern"]](x, util, spec)
+
+
+def per_link(value: Any, links: int, spread: bool) -> list[float]:
+    """One number per link from a list (by link id) or from one number: spread evenly over the
+    links (a rate for the whole GPU) or all on link 0 (a counter's start)."""
+    if isinstance(value, list):
+        return [float(v or 0) for v in value[:links]] + [0.0] * (links - len(value))
+    if links == 0:
+        return []
+    if spread:
+        return [float(value or 0) / links] * links
+    return [float(value or 0)] + [0.0] * (links - 1)
 
 
 def check_description(description: dict[str, Any], where: str) -> None:
@@ -207,8 +252,10 @@ class FakeNvml:
         else:
             self.count = description.get("count", 8)
         self._snapshots: dict[int, tuple[float, dict[str, Any]]] = {}
-        self._integrated: dict[int, dict[str, float]] = {}
-        self._gpm_samples: dict[int, tuple[ctypes.Array[ctypes.c_char], dict[int, float]]] = {}
+        self._integrated: dict[int, dict[str, Any]] = {}
+        self._activity: dict[int, collections.deque[ActivitySample]] = {}
+        # GPM sample buffers by address: (the buffer, {"gpu": index, "t": time taken}).
+        self._gpm_samples: dict[int, tuple[ctypes.Array[ctypes.c_char], dict[str, float]]] = {}
 
     # -- the state of one GPU, layered and evaluated -------------------------------------------
 
@@ -217,7 +264,7 @@ class FakeNvml:
         cached = self._snapshots.get(index)
         if cached and 0 <= now - cached[0] < REFRESH_SECONDS:
             return cached[1]
-        overrides = per_index(self.state.node(self.node).get("gpus"), index) if self.state else {}
+        overrides = self._overrides(index)
         if self.frames:
             state = {**self._replayed(index, now), **overrides}
         else:
@@ -228,9 +275,13 @@ class FakeNvml:
         self._snapshots[index] = (now, state)
         return state
 
-    def _described(self, index: int, now: float, overrides: dict[str, Any]) -> dict[str, Any]:
+    def _overrides(self, index: int) -> dict[str, Any]:
+        return per_index(self.state.node(self.node).get("gpus"), index) if self.state else {}
+
+    def _raw(self, index: int, overrides: dict[str, Any]) -> dict[str, Any]:
+        """GPU `index`'s description, unevaluated: built-in values, defaults, per GPU, state."""
         d = self.description
-        raw = {
+        return {
             "name": d.get("model", "NVIDIA H200"),
             "memory_total": d.get("memory_total", 143771 * 2**20),
             "minor": index,
@@ -240,6 +291,9 @@ class FakeNvml:
             **per_index(d.get("gpus"), index),
             **overrides,
         }
+
+    def _described(self, index: int, now: float, overrides: dict[str, Any]) -> dict[str, Any]:
+        raw = self._raw(index, overrides)
         t = now - self.start
         stagger = index / self.count  # GPUs run their patterns out of step unless phase_s is set
         util = evaluate(raw.get("util", 0.0), t, 0.0, stagger)
@@ -252,17 +306,36 @@ class FakeNvml:
         """Counters grow from their described start by the rate in force since the last look.
 
         The rate seen at the previous evaluation applies up to now, so a state file that sets
-        a rate means "from now on", as a real device's counters would behave.
+        a rate means "from now on", as a real device's counters would behave. NVLink counters
+        are one per link. A new `driver_loaded_at` that has passed resets the energy counter
+        (mJ since the driver loaded) to what was used since then, as a driver reload does.
         """
-        totals = self._integrated.setdefault(index, {"at": now})
+        loaded_at = state.get("driver_loaded_at")
+        known = loaded_at if loaded_at is not None and loaded_at <= now else None  # not a reload
+        totals = self._integrated.setdefault(index, {"at": now, "loaded_at": known})
         dt = now - totals["at"]
         totals["at"] = now
+        reloaded = loaded_at is not None and loaded_at != totals["loaded_at"] and loaded_at <= now
+        if reloaded:
+            totals["loaded_at"] = loaded_at
+            totals["energy_from_zero"] = True
+        links = int(state.get("nvlinks") or 0)
         for counter, rate in RATES.items():
-            grown = totals.get(counter, 0.0) + totals.get(rate, 0.0) * dt
+            width = links if counter in PER_LINK else 1
+            rates = per_link(totals.get(rate), width, spread=False)  # those in force until now
+            if reloaded and counter == "energy_j":
+                grown = [rates[0] * (now - loaded_at)]
+            else:
+                before = per_link(totals.get(counter), width, spread=False)
+                grown = [g + r * dt for g, r in zip(before, rates, strict=True)]
             totals[counter] = grown
-            totals[rate] = float(state.get(rate) or 0.0)
-            if state.get(rate) is not None:
-                state[counter] = (state.get(counter) or 0.0) + grown
+            totals[rate] = per_link(state.get(rate), width, spread=True)
+            if state.get(rate) is None:
+                continue
+            from_zero = counter == "energy_j" and totals.get("energy_from_zero")
+            start = per_link(0 if from_zero else state.get(counter), width, spread=False)
+            values = [s + g for s, g in zip(start, grown, strict=True)]
+            state[counter] = values if counter in PER_LINK else values[0]
 
     def _replayed(self, index: int, now: float) -> dict[str, Any]:
         """The recorded frame for this moment, looping; counters keep growing across loops."""
@@ -282,6 +355,39 @@ class FakeNvml:
             if counter in state and first is not None and last is not None:
                 state[counter] += loops * (last - first)
         return state
+
+    def _sampled(self, index: int) -> collections.deque[ActivitySample]:
+        """GPU `index`'s activity samples up to now, taking those due since the last look.
+
+        Patterns (and replayed frames) are evaluated at each sample's own time; state-file
+        values, which have no history, apply to every sample taken at this look.
+        """
+        now = self.clock()
+        samples = self._activity.setdefault(index, collections.deque(maxlen=SAMPLES_KEPT))
+        last = math.floor((now - self.start) / SAMPLE_PERIOD_S)
+        first = math.floor((samples[-1].t - self.start) / SAMPLE_PERIOD_S) + 1 if samples else 0
+        if first > last:
+            return samples
+        overrides = self._overrides(index)
+        raw = None if self.frames else self._raw(index, overrides)
+        stagger = index / self.count
+        for k in range(max(first, last - SAMPLES_KEPT + 1), last + 1):
+            t = self.start + k * SAMPLE_PERIOD_S
+            if raw is None:
+                state = {**self._replayed(index, t), **overrides}
+                values = {key: state.get(key) for key in ("util", *GPM_KEYS.values())}
+            else:
+                util = evaluate(raw.get("util", 0.0), t - self.start, 0.0, stagger)
+                values = {key: evaluate(raw.get(key), t - self.start, util, stagger)
+                          for key in GPM_KEYS.values()}  # fmt: skip
+                values["util"] = util
+            util_sample = None
+            if values["util"] is not None:
+                util_sample = SimpleNamespace(
+                    timeStamp=round(t * 1e6), sampleValue=SimpleNamespace(dVal=values["util"] * 100)
+                )
+            samples.append(ActivitySample(t, values, util_sample))
+        return samples
 
     def _value(self, handle: FakeHandle, key: str, reading: str) -> Any:
         """A value for an NVML call, raising the NVML error the state asks for."""
@@ -325,13 +431,16 @@ class FakeNvml:
         return self._value(h, "minor", "minor")
 
     def nvmlDeviceGetSamples(self, h: FakeHandle, kind: int, last_seen: int):  # noqa: N802
-        """One sample per call, as a double so a replayed average survives unrounded."""
-        percent = self._value(h, "util", "util") * 100
-        now_us = int(self.clock() * 1e6)
-        if now_us <= last_seen:
+        """The kept samples newer than `last_seen` (as doubles, so averages stay unrounded)."""
+        self._value(h, "util", "util")  # raises the injected error, if any
+        samples = [
+            s.util
+            for s in self._sampled(h.index)
+            if s.util is not None and s.util.timeStamp > last_seen
+        ]
+        if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        sample = SimpleNamespace(timeStamp=now_us, sampleValue=SimpleNamespace(dVal=percent))
-        return pynvml.NVML_VALUE_TYPE_DOUBLE, [sample]
+        return pynvml.NVML_VALUE_TYPE_DOUBLE, samples
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
         return SimpleNamespace(gpu=round(self._value(h, "util", "util") * 100), memory=0)
@@ -359,20 +468,39 @@ class FakeNvml:
         )
         return int(self._value(h, f"ecc_{kind}", "ecc"))
 
-    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[Any]:  # noqa: N802
+    def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:  # noqa: N802
+        """Links 0 to `nvlinks` - 1 are active; past them INVALID_ARGUMENT, as on a real GPU."""
+        self._value(h, "uuid", "field_counters")
+        links = int(self.gpu_state(h.index).get("nvlinks") or 0)
+        if links == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, requests: list[Any]) -> list[Any]:  # noqa: N802
+        """Each request is a field id or (field id, scopeId); NVLink fields count per link."""
         self._value(h, "uuid", "field_counters")  # raises the injected error, if any
         state = self.gpu_state(h.index)
-        keys = {field: (key, scale) for field, key, scale in FIELD_COUNTERS}
+        links = int(state.get("nvlinks") or 0)
+        counts = {
+            key: per_link(state[key], links, spread=False) if key in PER_LINK else [state[key]]
+            for key, _ in FIELDS.values()
+            if state.get(key) is not None
+        }
         values = []
-        for field in field_ids:
-            key, scale = keys[field]
-            ok = state.get(key) is not None
+        for request in requests:
+            field, scope = request if isinstance(request, tuple) else (request, 0)
+            key, unit = FIELDS[field]
+            value = counts[key][scope] if scope < len(counts.get(key, ())) else None
+            ok = value is not None
             values.append(
                 SimpleNamespace(
                     fieldId=field,
+                    scopeId=scope,
                     nvmlReturn=pynvml.NVML_SUCCESS if ok else pynvml.NVML_ERROR_NOT_SUPPORTED,
                     valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                    value=SimpleNamespace(ullVal=int(state[key] // scale) if ok else 0),
+                    value=SimpleNamespace(ullVal=int(value // unit) if ok else 0),
                 )
             )
         return values
@@ -380,7 +508,7 @@ class FakeNvml:
     def nvmlGpmQueryDeviceSupport(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
         state = self.gpu_state(h.index)
         return SimpleNamespace(
-            isSupportedDevice=int(any(state.get(k) is not None for k in GPM_METRICS.values()))
+            isSupportedDevice=int(any(state.get(k) is not None for k in GPM_KEYS.values()))
         )
 
     def nvmlGpmSampleAlloc(self) -> Any:  # noqa: N802
@@ -390,24 +518,29 @@ class FakeNvml:
         return sample
 
     def nvmlGpmSampleGet(self, h: FakeHandle, sample: Any) -> Any:  # noqa: N802
+        """A GPM sample is a moment: the metrics between two average the activity between."""
         self._value(h, "uuid", "gpm")
-        state = self.gpu_state(h.index)
-        taken = {m: state[k] * 100 for m, k in GPM_METRICS.items() if state.get(k) is not None}
         stored = self._gpm_samples[ctypes.cast(sample, ctypes.c_void_p).value][1]
-        stored.clear()
-        stored.update(taken)
+        stored.update(gpu=h.index, t=self.clock())
         return sample
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:  # noqa: N802
-        """The fake's activity is what the later sample saw (a real GPU averages the two)."""
-        taken = self._gpm_samples[ctypes.cast(request.sample2, ctypes.c_void_p).value][1]
+        """The mean activity over the samples after sample1 up to sample2; with none between
+        them (two samples at one moment), the activity now."""
+        first = self._gpm_samples[ctypes.cast(request.sample1, ctypes.c_void_p).value][1]
+        last = self._gpm_samples[ctypes.cast(request.sample2, ctypes.c_void_p).value][1]
+        index = int(last["gpu"])
+        spanned = [s.values for s in self._sampled(index) if first["t"] < s.t <= last["t"]]
+        state = self.gpu_state(index)
         for i in range(request.numMetrics):
             metric = request.metrics[i]
-            if metric.metricId in taken:
-                metric.value = taken[metric.metricId]
-                metric.nvmlReturn = pynvml.NVML_SUCCESS
-            else:
+            key = GPM_KEYS.get(metric.metricId)
+            if key is None or state.get(key) is None:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            seen = [v[key] for v in spanned if v[key] is not None]
+            metric.value = 100 * (sum(seen) / len(seen) if seen else state[key])
+            metric.nvmlReturn = pynvml.NVML_SUCCESS
         return request
 
     def nvmlDeviceGetMigMode(self, h: FakeHandle) -> list[int]:  # noqa: N802

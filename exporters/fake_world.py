@@ -4,11 +4,19 @@ A fake node's GPUs come from FakeNvml, but its RDMA traffic and job attribution 
 real sysfs, procfs and mapping-directory readers. So that those readers run unchanged in the demo,
 this module keeps a small tree per node, laid out exactly like Linux's, in step with the state:
 
-    <root>/sys/class/infiniband/<dev>/ports/<port>/{counters/*,rate,state,phys_state,link_layer}
+    <root>/sys/class/infiniband/<dev>/ports/<port>/counters/*       PortCounters and errors
+    <root>/sys/class/infiniband/<dev>/ports/<port>/counters_ext/*   (layout counters_ext only)
+    <root>/sys/class/infiniband/<dev>/ports/<port>/hw_counters/*    mlx5-style adapter counters
+    <root>/sys/class/infiniband/<dev>/ports/<port>/{rate,state,phys_state,link_layer}
     <root>/proc/<pid>/{cgroup,environ,status}     one process per GPU that runs a job
     <root>/gpu-jobs/<gpu index>                    the job id, as the Slurm prolog writes it
 
-RDMA counters grow by the port's `tx_bytes_per_s`/`rx_bytes_per_s` between scrapes.
+RDMA counters grow by the port's `tx_bytes_per_s`/`rx_bytes_per_s` between scrapes. A port's
+`counters` setting picks the kernel's layout (see exporters/rdma.py for the real ones):
+`64bit` (default: counters/ is 64-bit, as on mlx5 with extended counters), `32bit` (counters/ is
+32-bit and sticks at 2^32 - 1) or `counters_ext` (32-bit counters/ plus 64-bit
+counters_ext/*_64, kernels before 4.5). The world models the hardware on its own and imports
+nothing of the RDMA reader it feeds.
 """
 
 from __future__ import annotations
@@ -19,9 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from exporters.fake_nvml import JOB_PID_BASE, FakeNvml, evaluate
-from exporters.rdma import DATA_WORD_BYTES
 
+IB_WORD_BYTES = 4  # port_xmit_data / port_rcv_data count 4-byte words (IB spec, PortCounters)
+MAX_32BIT = 2**32 - 1  # where a 32-bit PortCounters counter sticks
 MTU_BYTES = 4096  # packets are counted as if every packet were full
+# Error counters every layout has in counters/, all zero here.
+ERROR_COUNTERS = (
+    "symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors", "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors", "VL15_dropped", "link_error_recovery", "link_downed",
+)  # fmt: skip
+# A few of mlx5's hw_counters/, all zero; `lifespan` is their refresh period in ms.
+HW_COUNTERS = {"out_of_buffer": 0, "out_of_sequence": 0, "local_ack_timeout_err": 0,
+               "np_cnp_sent": 0, "rp_cnp_handled": 0, "lifespan": 10}  # fmt: skip
 
 
 def _write(path: Path, text: str) -> None:
@@ -42,6 +61,7 @@ class FakeWorld:
         self.mapping_dir.mkdir(parents=True, exist_ok=True)
         self.proc_root.mkdir(parents=True, exist_ok=True)
         self._bytes: dict[str, dict[str, float]] = {}
+        self._static: dict[str, dict[str, Any]] = {}  # port -> spec its static files show
         self._at: float | None = None
 
     def sync(self) -> None:
@@ -92,17 +112,34 @@ class FakeWorld:
                 totals[way] += totals[f"{way}_rate"] * dt
                 totals[f"{way}_rate"] = float(evaluate(spec.get(f"{way}_bytes_per_s", 0), t, 0, 0))
             base = self.sysfs_root / "class/infiniband" / device / "ports" / (port or "1")
-            counters = {
-                "port_xmit_data": totals["tx"] // DATA_WORD_BYTES,
-                "port_rcv_data": totals["rx"] // DATA_WORD_BYTES,
-                "port_xmit_packets": totals["tx"] // MTU_BYTES,
-                "port_rcv_packets": totals["rx"] // MTU_BYTES,
-                "symbol_error": 0,
-                "link_downed": 0,
-            }
-            for counter, value in counters.items():
-                _write(base / "counters" / counter, f"{int(value)}\n")
-            _write(base / "rate", f"{spec.get('rate', '400 Gb/sec (4X NDR)')}\n")
-            _write(base / "state", "4: ACTIVE\n" if spec.get("up", True) else "1: DOWN\n")
-            _write(base / "phys_state", "5: LinkUp\n" if spec.get("up", True) else "3: Disabled\n")
-            _write(base / "link_layer", f"{spec.get('link_layer', 'InfiniBand')}\n")
+            static = {key: spec.get(key) for key in ("rate", "up", "link_layer")}
+            if self._static.get(name) != static:  # files that do not count: on a change only
+                self._write_static(base, spec)
+                self._static[name] = static
+            self._write_traffic(base, spec.get("counters", "64bit"), totals["tx"], totals["rx"])
+
+    def _write_static(self, base: Path, spec: dict[str, Any]) -> None:
+        up = spec.get("up", True)
+        _write(base / "rate", f"{spec.get('rate', '400 Gb/sec (4X NDR)')}\n")
+        _write(base / "state", "4: ACTIVE\n" if up else "1: DOWN\n")
+        _write(base / "phys_state", "5: LinkUp\n" if up else "3: Disabled\n")
+        _write(base / "link_layer", f"{spec.get('link_layer', 'InfiniBand')}\n")
+        for counter in ERROR_COUNTERS:
+            _write(base / "counters" / counter, "0\n")
+        for counter, value in HW_COUNTERS.items():
+            _write(base / "hw_counters" / counter, f"{value}\n")
+
+    def _write_traffic(self, base: Path, layout: str, tx: float, rx: float) -> None:
+        """The four traffic counters in the layout's files, in words and packets."""
+        full = {
+            "port_xmit_data": int(tx // IB_WORD_BYTES),
+            "port_rcv_data": int(rx // IB_WORD_BYTES),
+            "port_xmit_packets": int(tx // MTU_BYTES),
+            "port_rcv_packets": int(rx // MTU_BYTES),
+        }
+        narrow = layout in ("32bit", "counters_ext")
+        for counter, value in full.items():
+            shown = min(value, MAX_32BIT) if narrow else value
+            _write(base / "counters" / counter, f"{shown}\n")
+            if layout == "counters_ext":
+                _write(base / "counters_ext" / f"{counter}_64", f"{value}\n")

@@ -6,6 +6,10 @@ same unit conversions as a real GPU: this module is the only place that knows NV
 
 `nvml` is anything with pynvml's function names: the `pynvml` module itself or a `FakeNvml`.
 Every call may fail; a failed reading is left out for that GPU and counted, never raised.
+
+Utilisation and GPM activity cover a fixed trailing window (ACTIVITY_WINDOW_S) on the
+exporter's own clock, never "since the last scrape": Prometheus and sing's collector may both
+scrape one exporter, and each must see the same value, not a share of the interval.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +33,13 @@ log = logging.getLogger(__name__)
 # Which member of NVML's value union holds a value of each NVML_VALUE_TYPE_*.
 _UNION_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
+# Utilisation and GPM activity are means over this trailing window: the collector's default
+# scrape interval, so its consecutive samples neither overlap nor leave gaps.
+ACTIVITY_WINDOW_S = 15.0
+# GPM samples are taken this often (by the sampling thread, else by the next read).
+GPM_PERIOD_S = 5.0
+_GPM_KEPT = round(ACTIVITY_WINDOW_S / GPM_PERIOD_S) + 1  # samples spanning one window
+
 # GPM metrics (Hopper and newer; they do not lock out profilers as DCGM's profiling fields do).
 GPM_METRICS = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active",
@@ -33,13 +47,18 @@ GPM_METRICS = {
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
 }
 
-# Field-value counters: (field id, value key, multiplier to bytes).
-FIELD_COUNTERS = (
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, "pcie_tx_bytes", 1),
-    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, "pcie_rx_bytes", 1),
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_tx_bytes", 1024),  # KiB
-    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_rx_bytes", 1024),
+# Field-value byte counters of the whole GPU: (field id, value key), in bytes.
+PCIE_COUNTERS = (
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, "pcie_tx_bytes"),
+    (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, "pcie_rx_bytes"),
 )
+# NVLink throughput fields count KiB per link, the link id given as the field's scopeId
+# (nvml.h, "NVLink throughput counters field values"); the exporter sums every active link.
+NVLINK_COUNTERS = (
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_tx_bytes"),
+    (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_rx_bytes"),
+)
+NVLINK_UNIT_BYTES = 1024
 
 MAX_EVENTS_PER_READ = 1000  # bounds the work one scrape does after an XID storm
 
@@ -67,30 +86,52 @@ class NodeReading:
 
 @dataclasses.dataclass
 class _Device:
-    """What the source keeps per GPU between scrapes to report intervals rather than instants."""
+    """What the source keeps per GPU: its field requests and its recent GPM samples."""
 
     index: int
     handle: Any
-    last_sample_us: int = 0
-    gpm_samples: list[Any] | None = None  # two samples, alternating previous/current
+    nvlinks: list[int] = dataclasses.field(default_factory=list)  # active link ids
+    fields: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (field, scope)
+    field_keys: list[str] = dataclasses.field(default_factory=list)  # value key per field
+    gpm: collections.deque[tuple[float, Any]] | None = None  # (time, sample), oldest first
+    gpm_free: list[Any] = dataclasses.field(default_factory=list)  # allocated, not in `gpm`
+    gpm_now: Any = None  # for "from the only sample so far to now"
     event_set: Any = None
     xid_counts: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
 
 
 class GpuSource:
-    """Reads every GPU on the node through one NVML initialised once per process."""
+    """Reads every GPU on the node through one NVML initialised once per process.
 
-    def __init__(self, nvml: Any, errors: ErrorCounter) -> None:
+    `clock` is wall-clock seconds, the time base of NVML's sample timestamps.
+    """
+
+    def __init__(
+        self, nvml: Any, errors: ErrorCounter, clock: Callable[[], float] = time.time
+    ) -> None:
         self.nvml = nvml
         self.errors = errors
+        self.clock = clock
         self._devices: list[_Device] | None = None
+        self._lock = threading.Lock()  # reads and the sampling thread share the GPM samples
+        self._next_gpm: float | None = None
 
     def read(self) -> NodeReading:
-        if self._devices is None and not self._start():
-            return NodeReading(None, [])
-        driver = self._try("driver", self.nvml.nvmlSystemGetDriverVersion)
-        gpus = [reading for d in self._devices or [] if (reading := self._read_device(d))]
-        return NodeReading(driver, gpus)
+        with self._lock:
+            if self._devices is None and not self._start():
+                return NodeReading(None, [])
+            self._sample_gpm_if_due(self.clock())
+            driver = self._try("driver", self.nvml.nvmlSystemGetDriverVersion)
+            gpus = [reading for d in self._devices or [] if (reading := self._read_device(d))]
+            return NodeReading(driver, gpus)
+
+    def sample_activity(self) -> float:
+        """Take the GPM samples now due; the seconds until the next are due (for the thread)."""
+        with self._lock:
+            now = self.clock()
+            if self._devices is not None:
+                self._sample_gpm_if_due(now)
+            return GPM_PERIOD_S if self._next_gpm is None else max(0.0, self._next_gpm - now)
 
     def _start(self) -> bool:
         """Initialise NVML and per-GPU state; on failure (no driver) try again next scrape."""
@@ -106,19 +147,34 @@ class GpuSource:
             if handle is not None:
                 devices.append(_Device(index, handle))
         for device in devices:
+            self._start_fields(device)
             self._start_gpm(device)
             self._start_events(device)
         self._devices = devices
         return True
 
+    def _start_fields(self, d: _Device) -> None:
+        """The field values one scrape asks for: PCIe, and NVLink per active link."""
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                state = self.nvml.nvmlDeviceGetNvLinkState(d.handle, link)
+            except pynvml.NVMLError:
+                break  # past the last link, or no NVLink at all: a capability, not an error
+            if state == pynvml.NVML_FEATURE_ENABLED:
+                d.nvlinks.append(link)
+        requests = [(field, 0, key) for field, key in PCIE_COUNTERS]
+        requests += [(field, link, key) for field, key in NVLINK_COUNTERS for link in d.nvlinks]
+        d.fields = [(field, scope) for field, scope, _ in requests]
+        d.field_keys = [key for _, _, key in requests]
+
     def _start_gpm(self, d: _Device) -> None:
         try:
             if not self.nvml.nvmlGpmQueryDeviceSupport(d.handle).isSupportedDevice:
                 return  # not Hopper or newer: a capability, not an error
-            d.gpm_samples = [self.nvml.nvmlGpmSampleAlloc(), self.nvml.nvmlGpmSampleAlloc()]
-            self.nvml.nvmlGpmSampleGet(d.handle, d.gpm_samples[0])  # so scrape 1 has an interval
+            d.gpm_free = [self.nvml.nvmlGpmSampleAlloc() for _ in range(_GPM_KEPT)]
+            d.gpm_now = self.nvml.nvmlGpmSampleAlloc()
+            d.gpm = collections.deque()
         except pynvml.NVMLError as err:
-            d.gpm_samples = None
             self.errors.count("nvml", nvml_error_kind(err))
 
     def _start_events(self, d: _Device) -> None:
@@ -130,6 +186,36 @@ class GpuSource:
         except pynvml.NVMLError as err:
             d.event_set = None
             self.errors.count("nvml", nvml_error_kind(err))
+
+    def _sample_gpm_if_due(self, now: float) -> None:
+        """Every GPM_PERIOD_S on a fixed grid, whoever calls; a clock stepped back restarts it."""
+        due = self._next_gpm
+        if due is not None and due - GPM_PERIOD_S <= now < due:
+            return
+        for d in self._devices or []:
+            if d.gpm is not None:
+                self._take_gpm_sample(d, now)
+        if due is None or now < due:
+            self._next_gpm = now + GPM_PERIOD_S
+        else:
+            self._next_gpm = due + GPM_PERIOD_S * (math.floor((now - due) / GPM_PERIOD_S) + 1)
+
+    def _take_gpm_sample(self, d: _Device, now: float) -> None:
+        ring = d.gpm
+        assert ring is not None
+        if ring and now < ring[-1][0]:  # the wall clock stepped back: start the window again
+            d.gpm_free += [sample for _, sample in ring]
+            ring.clear()
+        if len(ring) == _GPM_KEPT:
+            d.gpm_free.append(ring.popleft()[1])
+        sample = d.gpm_free.pop()
+        try:
+            self.nvml.nvmlGpmSampleGet(d.handle, sample)
+        except pynvml.NVMLError as err:
+            d.gpm_free.append(sample)
+            self.errors.count("nvml", nvml_error_kind(err))
+            return
+        ring.append((now, sample))
 
     def _try(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -168,19 +254,25 @@ class GpuSource:
         return {"minor": self.nvml.nvmlDeviceGetMinorNumber(d.handle)}
 
     def _utilization(self, d: _Device) -> dict[str, Any]:
-        """Mean of the driver's utilisation samples since the last scrape, else the instant."""
+        """Mean of the driver's utilisation samples over the trailing window, else the instant.
+
+        The driver keeps a buffer of samples (one per 1/6 s to 1 s, by product) stamped in
+        wall-clock microseconds; asking for those after now - window needs no state.
+        """
+        since_us = int((self.clock() - ACTIVITY_WINDOW_S) * 1e6)
         try:
             value_type, samples = self.nvml.nvmlDeviceGetSamples(
-                d.handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, d.last_sample_us
+                d.handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since_us
             )
-            samples = [s for s in samples if s.timeStamp > d.last_sample_us]
         except pynvml.NVMLError as err:
             if err.value not in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED):
                 raise
             samples = []
-        if samples:
-            d.last_sample_us = max(s.timeStamp for s in samples)
-            percent = sum(union_value(s.sampleValue, value_type) for s in samples) / len(samples)
+        percents = [
+            union_value(s.sampleValue, value_type) for s in samples if s.timeStamp > since_us
+        ]
+        if percents:
+            percent = sum(percents) / len(percents)
         else:
             percent = self.nvml.nvmlDeviceGetUtilizationRates(d.handle).gpu
         return {"util": percent / 100}
@@ -216,27 +308,46 @@ class GpuSource:
         }
 
     def _field_counters(self, d: _Device) -> dict[str, Any]:
-        """PCIe and NVLink byte counters in one call; each field can fail on its own."""
-        fields = self.nvml.nvmlDeviceGetFieldValues(d.handle, [f for f, _, _ in FIELD_COUNTERS])
-        values = {}
-        for field, (_, key, scale) in zip(fields, FIELD_COUNTERS, strict=True):
+        """PCIe and NVLink byte counters in one call, NVLink summed over the active links.
+
+        Each field can fail on its own; a total missing any of its links is left out rather
+        than reported short (a counter that dips reads as a reset downstream).
+        """
+        fields = self.nvml.nvmlDeviceGetFieldValues(d.handle, d.fields)
+        totals: dict[str, float] = {}
+        failed: set[str] = set()
+        for field, key in zip(fields, d.field_keys, strict=True):
             if field.nvmlReturn == pynvml.NVML_SUCCESS:
-                values[key] = union_value(field.value, field.valueType) * scale
+                totals[key] = totals.get(key, 0) + union_value(field.value, field.valueType)
             else:
+                failed.add(key)
                 self.errors.count("nvml", nvml_error_kind(pynvml.NVMLError(field.nvmlReturn)))
+        values: dict[str, Any] = {k: v for k, v in totals.items() if k not in failed}
+        for _, key in NVLINK_COUNTERS:
+            if key in values:
+                values[key] *= NVLINK_UNIT_BYTES
+        if d.nvlinks:
+            values["nvlinks"] = len(d.nvlinks)
         return values
 
     def _gpm(self, d: _Device) -> dict[str, Any]:
-        """SM and tensor activity over the interval between this scrape's sample and the last."""
-        if d.gpm_samples is None:
+        """SM and tensor activity over the window ending at the newest GPM sample.
+
+        Samples are taken every GPM_PERIOD_S, so the window's ends are the exporter's, not the
+        scrapers'. Until a window's worth exists, activity since the first sample; with only
+        that one, from it to now.
+        """
+        if not d.gpm:
             return {}
-        previous, current = d.gpm_samples
-        self.nvml.nvmlGpmSampleGet(d.handle, current)
-        d.gpm_samples = [current, previous]
+        newest_at, newest = d.gpm[-1]
+        start = newest_at - ACTIVITY_WINDOW_S + GPM_PERIOD_S / 2  # tolerates a late thread
+        first = next((s for t, s in reversed(d.gpm) if t <= start), d.gpm[0][1])
+        if first is newest:
+            newest = self.nvml.nvmlGpmSampleGet(d.handle, d.gpm_now)
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(GPM_METRICS)
-        request.sample1, request.sample2 = previous, current
+        request.sample1, request.sample2 = first, newest
         for i, metric_id in enumerate(GPM_METRICS):
             request.metrics[i].metricId = metric_id
         self.nvml.nvmlGpmMetricsGet(request)
@@ -311,16 +422,17 @@ _READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...]
 
 # value key -> (metric name, help); gauges then counters, all labelled gpu and uuid.
 GAUGES = {
-    "util": ("sing_gpu_utilization_ratio", "Share of the scrape interval a kernel was running."),
-    "sm_active": ("sing_gpu_sm_active_ratio", "Share of SMs busy over the interval (GPM)."),
-    "sm_occupancy": ("sing_gpu_sm_occupancy_ratio", "Resident warps over the maximum (GPM)."),
-    "tensor_active": ("sing_gpu_tensor_active_ratio", "Share of time tensor cores ran (GPM)."),
+    "util": ("sing_gpu_utilization_ratio", "Share of the last 15 s a kernel was running."),
+    "sm_active": ("sing_gpu_sm_active_ratio", "Share of SMs busy over 15 s (GPM)."),
+    "sm_occupancy": ("sing_gpu_sm_occupancy_ratio", "Resident warps over the maximum, 15 s (GPM)."),
+    "tensor_active": ("sing_gpu_tensor_active_ratio", "Share of 15 s tensor cores ran (GPM)."),
     "memory_used": ("sing_gpu_memory_used_bytes", "Device memory in use."),
     "memory_total": ("sing_gpu_memory_total_bytes", "Device memory size."),
     "power_w": ("sing_gpu_power_watts", "Power draw."),
     "temperature_c": ("sing_gpu_temperature_celsius", "GPU die temperature."),
     "sm_clock_hz": ("sing_gpu_sm_clock_hertz", "SM clock frequency."),
     "mig_mode": ("sing_gpu_mig_mode", "1 when MIG mode is enabled, else 0."),
+    "nvlinks": ("sing_gpu_nvlink_links", "Active NVLinks, summed in the NVLink byte counters."),
 }
 COUNTERS = {
     "energy_j": ("sing_gpu_energy_joules", "Energy used since the driver loaded."),

@@ -2,8 +2,11 @@
 
 The collector reads fresh values when scraped (no polling loop to drift or die), and scrapes that
 arrive within `cache_seconds` of a reading share it, so several Prometheus servers scraping at
-once cost one round of NVML calls. Each node gets its own CollectorRegistry, never the global one,
-so several nodes can live in one process and importing this module registers nothing.
+once cost one round of NVML calls. Only GPM samples are taken on a clock (GpuSource's
+sample_activity, driven by a thread in exporters/cli.py, else by the reads themselves), so that
+SM activity covers a window that no scraper's timing shortens. Each node gets its own
+CollectorRegistry, never the global one, so several nodes can live in one process and importing
+this module registers nothing.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ class NodeCollector:
         before_read: Callable[[], None] | None = None,
         on_reading: Callable[[NodeReading], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.errors = ErrorCounter()
-        self.gpus = GpuSource(nvml, self.errors)
+        self.gpus = GpuSource(nvml, self.errors, wall_clock)
         self.rdma = RdmaSource(sysfs_root, self.errors)
         self.jobs = JobSource(proc_root, job_mapping_dir, self.errors)
         self.cache_seconds = cache_seconds

@@ -12,10 +12,12 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporters.gpu import NodeReading
 from sing.errors import UserError
+
+if TYPE_CHECKING:  # the fake NVML replays recordings and must not import the exporter it checks
+    from exporters.gpu import NodeReading
 
 
 def frame_of(reading: NodeReading, t: float) -> dict[str, Any]:

@@ -35,15 +35,25 @@ def sample(page: str, prefix: str) -> float:
 
 def test_replays_the_h200_recording_frame_by_frame_and_loops() -> None:
     clock = Clock()
-    nvml = FakeNvml(load_description(FIXTURES / "h200-recording.jsonl"), clock=clock)
-    collector = NodeCollector(nvml, "/nonexistent", "/nonexistent", "/nonexistent", 0.0)
+    recording = FIXTURES / "h200-recording.jsonl"
+    nvml = FakeNvml(load_description(recording), clock=clock)
+    collector = NodeCollector(
+        nvml, "/nonexistent", "/nonexistent", "/nonexistent", 0.0, wall_clock=clock
+    )
     registry = node_registry(collector, process_metrics=False)
     uuid = 'gpu="0",uuid="GPU-b8165666-1092-95bb-2e75-a9fdb498f280"'
 
     clock.t = NOW + 12.5  # frame 12 (recorded 12.12 s in): the GPU under load
     page = generate_latest(registry).decode()
-    assert sample(page, f"sing_gpu_utilization_ratio{{{uuid}}}") == 0.99
     assert sample(page, f"sing_gpu_power_watts{{{uuid}}}") == 689.878
+    # utilisation is the mean of the fake driver's samples, one a second, each showing the
+    # frame recorded at or before it: frames ~1.01 s apart, seconds 0-12 of the replay
+    frames = [json.loads(line) for line in recording.read_text().splitlines()]
+    shown = [
+        max(i for i, f in enumerate(frames) if f["t"] - frames[0]["t"] <= k) for k in range(13)
+    ]
+    expected = sum(frames[i]["gpus"][0]["util"] for i in shown) / len(shown)
+    assert sample(page, f"sing_gpu_utilization_ratio{{{uuid}}}") == pytest.approx(expected)
     assert sample(page, f"sing_gpu_energy_joules_total{{{uuid}}}") == 4765.538
     assert sample(page, f"sing_gpu_memory_total_bytes{{{uuid}}}") == 150754820096
     assert 'name="NVIDIA H200"' in page
@@ -99,6 +109,7 @@ def test_state_file_drives_gpus_jobs_and_rdma_at_runtime(tmp_path: Path) -> None
         str(world.mapping_dir),
         0.0,
         before_read=world.sync,
+        wall_clock=clock,
     )
     registry = node_registry(collector, process_metrics=False)
     page = generate_latest(registry).decode()
@@ -114,7 +125,8 @@ def test_state_file_drives_gpus_jobs_and_rdma_at_runtime(tmp_path: Path) -> None
     assert sample(page, 'sing_rdma_transmit_bytes_total{device="mlx5_0",port="1"}') == 1e10
     assert sample(page, 'sing_rdma_transmit_bytes_total{device="mlx5_1",port="1"}') > 0
     assert sample(page, 'sing_gpu_energy_joules_total{gpu="6"') == 750.0
-    assert sample(page, 'sing_gpu_utilization_ratio{gpu="0"') == 0.9
+    # the samples of seconds 1-10 see the new 0.9, that of second 0 the old 0.42
+    assert sample(page, 'sing_gpu_utilization_ratio{gpu="0"') == pytest.approx((0.42 + 9) / 11)
     assert "sing_gpu_job_info" not in page  # the job ended: files and processes are gone
     assert not (world.mapping_dir / "0").exists()
 

@@ -1,8 +1,9 @@
 """The whole exporter against fixture trees and a fake NVML, compared with a golden /metrics page.
 
 Like node_exporter's e2e test: one exact comparison catches names, labels, units and help text.
-The fixture node (tests/fixtures/exporter/node.yaml) exercises x4 InfiniBand data words, mW->W,
-mJ->J, KiB->bytes, NOT_SUPPORTED, a lost GPU, no permission, cgroup v1 and v2 job ids, an
+The fixture node (tests/fixtures/exporter/node.yaml) exercises x4 InfiniBand data words, 64-bit
+counters_ext, a saturated 32-bit counter, mW->W, mJ->J, KiB->bytes summed over NVLinks,
+NOT_SUPPORTED, a lost GPU, no permission, cgroup v1 and v2 job ids, an
 environment-only job id, and both disagreements between processes and allocations.
 Regenerate after an intended change with SING_UPDATE_GOLDEN=1 and review the diff.
 """
@@ -25,7 +26,12 @@ NOW = 1_800_000_000.0
 
 def scrape(nvml, fixtures: Path = FIXTURES) -> str:
     collector = NodeCollector(
-        nvml, str(fixtures / "sys"), str(fixtures / "proc"), str(fixtures / "gpu-jobs"), 0.0
+        nvml,
+        str(fixtures / "sys"),
+        str(fixtures / "proc"),
+        str(fixtures / "gpu-jobs"),
+        0.0,
+        wall_clock=nvml.clock,
     )
     return generate_latest(node_registry(collector, process_metrics=False)).decode()
 
@@ -49,13 +55,23 @@ def test_metrics_page_matches_golden(page: str) -> None:
         'sing_rdma_receive_bytes_total{device="mlx5_0",port="1"} 1e+07',
         # counters_ext (64-bit) wins over the saturated 32-bit counters/: 1e10 words
         'sing_rdma_transmit_bytes_total{device="mlx5_1",port="1"} 4e+10',
+        'sing_rdma_counter_saturated{counter="port_xmit_data",device="mlx5_1",port="1"} 0.0',
+        # a 32-bit counters/ stuck at 2^32-1 with no 64-bit copy: unknown, flagged, left out
+        'sing_rdma_counter_saturated{counter="port_xmit_data",device="mlx5_2",port="1"} 1.0',
+        'sing_rdma_counter_saturated{counter="port_rcv_packets",device="mlx5_2",port="1"} 1.0',
+        'sing_rdma_counter_saturated{counter="port_rcv_data",device="mlx5_2",port="1"} 0.0',
+        'sing_rdma_receive_bytes_total{device="mlx5_2",port="1"} 493824.0',
         'sing_rdma_link_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10',
         # NVML's 312345 mW and 123456789 mJ; the lost GPU fails once at start, once per scrape
         'sing_gpu_power_watts{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 312.345',
         'sing_gpu_energy_joules_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} '
         "123456.789",
+        # NVLink fields count KiB per link: link 3 alone sent 10 KiB, four links got 5 KiB each
         'sing_gpu_nvlink_transmit_bytes_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"}'
         " 10240.0",
+        'sing_gpu_nvlink_receive_bytes_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"}'
+        " 20480.0",
+        'sing_gpu_nvlink_links{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 4.0',
         'sing_gpu_xid_errors_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000",xid="79"}'
         " 2.0",
         # cgroup v1, cgroup v2 (over a disagreeing SLURM_JOB_ID), environ only, allocation only
@@ -80,6 +96,9 @@ def test_failed_readings_are_left_out(page: str) -> None:
     assert 'sing_gpu_energy_joules_total{gpu="4"' not in page  # NO_PERMISSION
     assert 'sing_gpu_info{gpu="2",minor="",' in page  # no minor number, still inventoried
     assert 'sing_rdma_transmit_packets_total{device="mlx5_1"' not in page  # "N/A"
+    assert 'sing_rdma_transmit_packets_total{device="mlx5_2"' not in page  # "N/A (no PMA)"
+    assert 'sing_rdma_transmit_bytes_total{device="mlx5_2"' not in page  # saturated: unknown
+    assert 'sing_rdma_receive_packets_total{device="mlx5_2"' not in page
     assert 'counter="lifespan"' not in page  # a setting, not a counter
 
 
@@ -90,7 +109,12 @@ def test_process_without_allocation_is_flagged(page: str) -> None:
 def test_without_mapping_dir_nothing_is_called_a_mismatch(tmp_path: Path) -> None:
     nvml = FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW)
     collector = NodeCollector(
-        nvml, str(FIXTURES / "sys"), str(FIXTURES / "proc"), str(tmp_path / "absent"), 0.0
+        nvml,
+        str(FIXTURES / "sys"),
+        str(FIXTURES / "proc"),
+        str(tmp_path / "absent"),
+        0.0,
+        wall_clock=nvml.clock,
     )
     text = generate_latest(node_registry(collector, process_metrics=False)).decode()
     assert "sing_gpu_job_mismatch" not in text

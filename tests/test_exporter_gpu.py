@@ -94,7 +94,8 @@ def test_record_and_scrape_real_gpu(tmp_path: Path) -> None:
         mean_power = sum(s["power_w"] for s in series) / len(series)
         duration = frames[-1]["t"] - frames[0]["t"]
         assert 0.7 < spent / (mean_power * duration) < 1.3
-    assert max(s["util"] for s in gpu_series[0]) > 0.5  # the load showed up
+    # the load showed up: 8 s at ~0.99 in a 15 s utilisation window peaks near 0.53
+    assert max(s["util"] for s in gpu_series[0]) > 0.4
 
     families = {f.name: f for f in text_string_to_metric_families(page)}
     for name in (
