@@ -83,7 +83,7 @@ class ClusterOverview:
 
     usage: pl.DataFrame  # analytics.cluster_usage
     by_nodes: pl.DataFrame  # analytics.utilization_by_node_count
-    nodes: int
+    nodes: int  # in the node inventory at the end of the data; 0: no inventory (unknown)
     gpus: int
     grid: pl.DataFrame  # every GPU in the last interval: node, gpu_index, util, job_id, user
 
@@ -93,7 +93,7 @@ def cluster_overview(
     root: str, since: datetime, until: datetime, bucket: str, at: datetime
 ) -> ClusterOverview:
     con = connect(root)
-    nodes, gpus = _capacity(con)
+    nodes, gpus = _capacity(con, at)
     return ClusterOverview(
         analytics.cluster_usage(con, since, until, bucket, now=until),
         analytics.utilization_by_node_count(con, since, until, now=until),
@@ -105,28 +105,41 @@ def cluster_overview(
 
 @cached
 def capacity(root: str) -> tuple[int, int]:
-    """(nodes, GPUs) of the cluster."""
-    return _capacity(connect(root))
+    """(nodes, GPUs) of the cluster in its newest node versions; (0, 0) without an inventory."""
+    return _capacity(connect(root), None)
 
 
-def _capacity(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    nodes, gpus = first_row(con, "SELECT count(*), sum(gpus) FROM nodes")
+# The node versions in force at $at (the newest ones when $at is NULL) that have GPUs.
+_CURRENT_NODES = f"""
+    SELECT * FROM ({analytics.NODE_VERSIONS_SQL})
+    WHERE gpus > 0 AND CASE WHEN $at IS NULL THEN valid_until = 'infinity'::TIMESTAMPTZ
+                            ELSE valid_from <= $at AND $at < valid_until END
+"""
+
+
+def _capacity(con: duckdb.DuckDBPyConnection, at: datetime | None) -> tuple[int, int]:
+    nodes, gpus = first_row(con, f"SELECT count(*), sum(gpus) FROM ({_CURRENT_NODES})", {"at": at})
     return int(nodes), int(gpus or 0)
 
 
 def _gpu_grid(con: duckdb.DuckDBPyConnection, at: datetime) -> pl.DataFrame:
-    """Every GPU of every node in the interval before `at`: mean util and the job holding it."""
+    """Every GPU of every node in the inventory at `at`, for the interval before it: mean util
+    and the job holding it (jobs matched by cluster and id)."""
     return con.sql(
-        """
-        WITH grid AS (SELECT node, unnest(range(gpus))::SMALLINT AS gpu_index FROM nodes),
+        f"""
+        WITH grid AS (
+            SELECT cluster, node, unnest(range(gpus))::SMALLINT AS gpu_index
+            FROM ({_CURRENT_NODES})
+        ),
         recent AS (
-            SELECT node, gpu_index, avg(util) AS util, arg_max(job_id, ts) AS job_id
+            SELECT coalesce(cluster, {analytics.HOME_CLUSTER}) AS cluster, node, gpu_index,
+                   avg(util) AS util, arg_max(job_id, ts) AS job_id
             FROM gpu_samples WHERE ts > $since AND ts <= $at GROUP BY ALL
         )
         SELECT g.node, g.gpu_index, r.util, r.job_id, j.user
         FROM grid g
-        LEFT JOIN recent r USING (node, gpu_index)
-        LEFT JOIN jobs j ON j.job_id = r.job_id
+        LEFT JOIN recent r USING (cluster, node, gpu_index)
+        LEFT JOIN jobs j ON j.cluster = r.cluster AND j.job_id = r.job_id
         ORDER BY g.node, g.gpu_index
         """,
         params={"since": at - LAST_INTERVAL, "at": at},
@@ -201,43 +214,65 @@ def idle_jobs(
 
 @cached
 def job_details(
-    root: str, job_id: str, owner: str | None, now: datetime, thresholds: Thresholds
+    root: str,
+    job_id: str,
+    owner: str | None,
+    now: datetime,
+    thresholds: Thresholds,
+    cluster: str | None = None,
 ) -> dict | None:
-    """`sing job`'s report of one job; None when the job is missing or not `owner`'s."""
+    """`sing job`'s report of one job; None when the job is missing or not `owner`'s. An id
+    that `owner` may see in several clusters needs `cluster` (a UserError names them)."""
     con = connect(root)
-    found = first_row(con, 'SELECT "user" FROM jobs WHERE job_id = ?', [job_id])
-    if found is None or (owner is not None and found[0] != owner):
+    found = con.execute(
+        "SELECT DISTINCT cluster FROM jobs WHERE job_id = $job AND ($cluster IS NULL OR "
+        'cluster = $cluster) AND ($owner IS NULL OR "user" = $owner)',
+        {"job": job_id, "cluster": cluster, "owner": owner},
+    ).fetchall()
+    if not found:
         return None
     notes_file = Path(thresholds.notes_file) if thresholds.notes_file else None
-    return job_report(con, job_id, thresholds, load_notes(notes_file), now=now)
+    only = found[0][0] if len(found) == 1 else None
+    return job_report(con, job_id, thresholds, load_notes(notes_file), now=now, cluster=only)
 
 
 @cached
 def job_series(
-    root: str, job_id: str, nodes: tuple[str, ...], start: datetime, end: datetime
+    root: str,
+    job_id: str,
+    cluster: str,
+    nodes: tuple[str, ...],
+    start: datetime,
+    end: datetime,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per-GPU util/memory/power, per-node RDMA bytes/s) over the job's life, downsampled to
-    at most MAX_POINTS buckets, from the raw samples of the job's nodes and time window."""
+    at most MAX_POINTS buckets, from the raw samples of the job's nodes (of its cluster) and
+    time window. A bucket with an unknown RDMA counter has no rate (a gap, not a dip)."""
     step = max(15.0, (end - start).total_seconds() / MAX_POINTS)
-    params = {"nodes": list(nodes), "start": start, "end": end, "step": step}
+    params = {"nodes": list(nodes), "start": start, "end": end, "step": step, "cluster": cluster}
+    in_job = f"""
+        ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes))
+        AND coalesce(cluster, {analytics.HOME_CLUSTER}) = $cluster
+    """
     con = connect(root)
     gpus = con.sql(
-        """
+        f"""
         SELECT time_bucket(to_microseconds(($step * 1e6)::BIGINT), ts, $start) AS ts,
                node, gpu_index, node || ':' || gpu_index AS gpu,
                avg(util) AS util, avg(mem_used_bytes) AS mem_used_bytes, avg(power_w) AS power_w
-        FROM gpu_samples
-        WHERE ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes)) AND job_id = $job
+        FROM gpu_samples WHERE {in_job} AND job_id = $job
         GROUP BY ALL ORDER BY ts, node, gpu_index
         """,
         params={**params, "job": job_id},
     ).pl()
     rdma = con.sql(
-        """
+        f"""
         SELECT time_bucket(to_microseconds(($step * 1e6)::BIGINT), ts, $start) AS ts, node,
-               sum(tx_delta_bytes) / $step AS tx_bytes_s, sum(rx_delta_bytes) / $step AS rx_bytes_s
-        FROM rdma_samples
-        WHERE ts >= $start AND ts <= $end AND node IN (SELECT unnest($nodes))
+               CASE WHEN count(tx_bytes) = count(*) THEN sum(tx_delta_bytes) / $step END
+                   AS tx_bytes_s,
+               CASE WHEN count(rx_bytes) = count(*) THEN sum(rx_delta_bytes) / $step END
+                   AS rx_bytes_s
+        FROM rdma_samples WHERE {in_job}
         GROUP BY ALL ORDER BY ts, node
         """,
         params=params,
@@ -320,13 +355,13 @@ def _warehouse_workload(root: str, since: datetime, until: datetime) -> Workload
     rows = (
         connect(root)
         .execute(
-            """
+            f"""
         SELECT job_id, "user", epoch(submit_time), epoch(end_time - start_time),
                num_gpus, num_nodes, time_limit_s::DOUBLE
         FROM jobs
         WHERE submit_time >= $since AND submit_time < $until
           AND start_time IS NOT NULL AND end_time IS NOT NULL AND num_gpus > 0
-        ORDER BY submit_time, job_id
+        ORDER BY submit_time, {analytics.numeric_job_order()}
         """,
             {"since": since, "until": until},
         )

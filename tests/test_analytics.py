@@ -15,9 +15,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from warehouse import analytics
+from warehouse import analytics, files
 from warehouse.store import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +35,14 @@ def at(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-def add_nodes(wh: Warehouse, names: list[str], gpus: int = 4) -> None:
+# Nodes are in the inventory from a month before every test's clock starts.
+SINCE_EVER = T0 - timedelta(days=30)
+
+
+def add_nodes(
+    wh: Warehouse, names: list[str], gpus: int = 4, valid_from: datetime = SINCE_EVER
+) -> None:
+    """A version of each node, as the collector writes one when it first sees it or it changes."""
     wh.append(
         "nodes",
         pl.DataFrame(
@@ -44,6 +53,8 @@ def add_nodes(wh: Warehouse, names: list[str], gpus: int = 4) -> None:
                 "gpu_memory_bytes": [80 * GIB] * len(names),
                 "partition": ["gpu"] * len(names),
                 "cluster": ["test"] * len(names),
+                "valid_from": [valid_from] * len(names),
+                "source": ["exporter"] * len(names),
             }
         ),
     )
@@ -61,6 +72,7 @@ def add_job(
     submit: datetime | None = None,
     partition: str = "gpu",
     state: str | None = None,
+    cluster: str = "test",
 ) -> None:
     """A job record and the GPUs it held (GPUs 0..gpus_per_node-1 of each node)."""
     wh.append(
@@ -69,7 +81,7 @@ def add_job(
             [
                 {
                     "job_id": job_id,
-                    "cluster": "test",
+                    "cluster": cluster,
                     "user": user,
                     "account": f"{user}-lab",
                     "partition": partition,
@@ -94,7 +106,7 @@ def add_job(
             [
                 {
                     "job_id": job_id,
-                    "cluster": "test",
+                    "cluster": cluster,
                     "node": node,
                     "gpu_index": i,
                     "start_time": start,
@@ -126,8 +138,10 @@ def add_gpu_samples(
     mem_bytes: int = 10 * GIB,
     power_w: float = 100.0,
     energy0_j: float = 1e6,
+    cluster: str | None = "test",
 ) -> None:
-    """Constant-utilisation samples; the energy counter integrates `power_w` from `energy0_j`."""
+    """Constant-utilisation samples; the energy counter integrates `power_w` from `energy0_j`,
+    and each sample's delta is the energy of the step before it, as the collector writes them."""
     times = sample_times(start, end)
     rows = [
         {
@@ -140,8 +154,10 @@ def add_gpu_samples(
             "mem_total_bytes": 80 * GIB,
             "power_w": power_w,
             "energy_j": energy0_j + power_w * k * STEP.total_seconds(),
+            "energy_delta_j": power_w * STEP.total_seconds(),
             "temp_c": 40.0,
             "job_id": job_id,
+            "cluster": cluster,
         }
         for g in gpus
         for k, ts in enumerate(times)
@@ -157,6 +173,7 @@ def add_rdma_samples(
     end: datetime,
     tx_per_sample: int,
     rx_per_sample: int,
+    cluster: str = "test",
 ) -> None:
     """One port's counters, rising by the given deltas each sample."""
     times = sample_times(start, end)
@@ -171,6 +188,7 @@ def add_rdma_samples(
             "tx_delta_bytes": tx_per_sample,
             "rx_delta_bytes": rx_per_sample,
             "job_id": job_id,
+            "cluster": cluster,
         }
         for k, ts in enumerate(times)
     ]
@@ -628,3 +646,203 @@ def test_report_rejects_bad_time(demo_wh: Path) -> None:
     out = run_sing("--warehouse", str(demo_wh), "report", "jobs", "--since", "yesterday")
     assert out.returncode == 2
     assert "'yesterday' is not an ISO 8601 time" in out.stderr
+
+
+# ---- capacity from the node inventory's history -----------------------------------------
+
+
+def add_node_version(wh: Warehouse, node: str, gpus: int, valid_from: datetime) -> None:
+    add_nodes(wh, [node], gpus=gpus, valid_from=valid_from)
+
+
+def write_as_before(wh: Warehouse, name: str, data: pa.Table, day: str | None = None) -> None:
+    """A Parquet file as a warehouse written before this schema holds it: no new columns."""
+    directory = wh.table_dir(name) / f"day={day}" if day else wh.table_dir(name)
+    tmp = files.temporary_path(directory)
+    pq.write_table(data, tmp)
+    files.commit_written(tmp, directory)
+
+
+def test_capacity_follows_node_versions(tmp_path: Path) -> None:
+    """n1 (4 GPUs) since long ago and gone (gpus 0) at 13:00; n2 added at 11:30, first said to
+    have 2 GPUs, then corrected to 8 by a newer record of the same version."""
+    wh = Warehouse(tmp_path / "wh")
+    add_node_version(wh, "n1", 4, SINCE_EVER)
+    add_node_version(wh, "n1", 0, at(3))
+    add_node_version(wh, "n2", 2, at(1.5))
+    add_node_version(wh, "n2", 8, at(1.5))  # same key, newer recorded_at: this one counts
+    add_job(wh, "K", ["n2"], 4, at(0), at(4))
+    frame = analytics.cluster_usage(wh.connect(), since=at(0), until=at(4), bucket="hour")
+    # 10:00 n1 4; 11:00 n1 4 + n2 8 x 0.5; 12:00 4 + 8; 13:00 n2 only.
+    assert frame["capacity_gpu_hours"].to_list() == pytest.approx([4, 8, 12, 8])
+    assert frame["assignment_rate"].to_list() == pytest.approx([1, 0.5, 1 / 3, 0.5])
+
+
+def test_capacity_partial_history_and_gone_nodes(tmp_path: Path) -> None:
+    """Buckets before the inventory starts have no capacity (and no rate); a bucket whose every
+    node is gone has capacity 0 and no rate."""
+    wh = Warehouse(tmp_path / "wh")
+    add_node_version(wh, "n1", 4, at(1))
+    add_node_version(wh, "n1", 0, at(3))
+    add_job(wh, "K", ["n1"], 4, at(0), at(4))
+    frame = analytics.cluster_usage(wh.connect(), since=at(0), until=at(4), bucket="hour")
+    rows = {r["bucket"]: r for r in frame.to_dicts()}
+    assert rows[at(0)]["capacity_gpu_hours"] is None
+    assert rows[at(0)]["assignment_rate"] is None, "no inventory: rate unknown, not 100 %"
+    assert rows[at(0)]["allocated_gpu_hours"] == pytest.approx(4.0)
+    assert rows[at(1)]["capacity_gpu_hours"] == pytest.approx(4.0)
+    assert rows[at(1)]["assignment_rate"] == pytest.approx(1.0)
+    assert rows[at(3)]["capacity_gpu_hours"] == 0.0
+    assert rows[at(3)]["assignment_rate"] is None
+
+
+def test_exporter_only_warehouse_reports_unknown_not_full(tmp_path: Path) -> None:
+    """Samples only (no node inventory, no job records), as `sing collector --once` against an
+    exporter wrote them before the collector recorded nodes: capacity, allocations and rate are
+    unknown (the old report said rate 1.0 beside capacity null)."""
+    wh = Warehouse(tmp_path / "wh")
+    add_gpu_samples(wh, None, "n1", [0, 1], at(0), at(1), 0.4)
+    (row,) = analytics.cluster_usage(wh.connect(), since=at(0), until=at(1), now=at(2)).to_dicts()
+    assert row["util"] == pytest.approx(0.4)
+    assert row["capacity_gpu_hours"] is None and row["allocated_gpu_hours"] is None
+    assert row["assignment_rate"] is None
+
+    out = run_sing("--warehouse", str(wh.root), "report", "cluster", "--now", at(2).isoformat())
+    assert out.returncode == 0, out.stderr
+    assert "capacity unknown for 1 of 1 bucket(s)" in out.stdout
+    assert "allocations unknown" in out.stdout
+    (row_line,) = [line for line in out.stdout.splitlines() if "2026-01-05 00:00:00" in line]
+    assert row_line.count("unknown") == 3  # allocated, capacity, rate
+
+
+def test_old_inventory_without_valid_from_holds_since_the_beginning(tmp_path: Path) -> None:
+    """A nodes file from before the history (no valid_from, no source) still gives capacity."""
+    wh = Warehouse(tmp_path / "wh")
+    write_as_before(
+        wh,
+        "nodes",
+        pa.table(
+            {"node": ["n1", "n2"], "gpus": pa.array([4, 4], pa.int16()), "cluster": ["test"] * 2}
+        ),
+    )
+    add_node_version(wh, "n2", 0, at(1))  # a newer writer records n2 leaving at 11:00
+    add_job(wh, "K", ["n1"], 4, at(0), at(2))
+    frame = analytics.cluster_usage(wh.connect(), since=at(0), until=at(2), bucket="hour")
+    assert frame["capacity_gpu_hours"].to_list() == pytest.approx([8.0, 4.0])
+    assert frame["assignment_rate"].to_list() == pytest.approx([0.5, 1.0])
+
+
+# ---- energy from counter deltas -----------------------------------------------------------
+
+
+def test_energy_survives_a_counter_reset_and_midnight(tmp_path: Path) -> None:
+    """Job E on n1 GPU 0, 23:00-01:00 (crosses the UTC day) at 200 W; the counter restarts from
+    ~0 at 23:30 (driver reload). The writer's deltas handle the reset: the job's energy is the
+    sum of its samples' deltas except the first one (which reaches back before the job), so 7
+    intervals x 900 s x 200 W. The old max - min read the reset as 1.8 MJ of energy."""
+    wh = Warehouse(tmp_path / "wh")
+    add_job(wh, "E", ["n1"], 1, at(13), at(15))
+    rows = []
+    counter = 5e6
+    for ts in sample_times(at(13), at(15)):
+        delta = 200.0 * STEP.total_seconds()
+        counter = delta if ts == at(13.5) else counter + delta  # the reset: counts from 0
+        rows.append(
+            {"ts": ts, "node": "n1", "gpu_index": 0, "util": 0.5, "energy_j": counter}
+            | {"energy_delta_j": delta, "job_id": "E", "cluster": "test", "power_w": 200.0}
+        )
+    wh.append("gpu_samples", pl.DataFrame(rows))
+    expected = (len(rows) - 1) * 200.0 * STEP.total_seconds()
+    job = rows_by_id(analytics.job_usage(wh.connect(), now=at(24)))["E"]
+    assert job["energy_j"] == pytest.approx(expected)
+    wh.compact(now=at(48), settle_s=0)  # both days rolled up and stored: still exact
+    assert wh.rollup_dir("job_gpu_usage").exists()
+    job = rows_by_id(analytics.job_usage(wh.connect(), now=at(24)))["E"]
+    assert job["energy_j"] == pytest.approx(expected)
+
+
+def test_energy_of_old_samples_without_deltas_falls_back_to_the_counter(tmp_path: Path) -> None:
+    """Samples written before energy_delta_j (and cluster) existed: energy is the day's counter
+    max - min, and the samples count for the warehouse's only cluster."""
+    wh = Warehouse(tmp_path / "wh")
+    add_job(wh, "O", ["n1"], 1, at(0), at(1))
+    times = sample_times(at(0), at(1))
+    write_as_before(
+        wh,
+        "gpu_samples",
+        pa.table(
+            {
+                "ts": pa.array(times, pa.timestamp("us", tz="UTC")),
+                "node": ["n1"] * len(times),
+                "gpu_index": pa.array([0] * len(times), pa.int16()),
+                "util": pa.array([0.3] * len(times), pa.float32()),
+                "energy_j": [1000.0 + 90_000 * k for k in range(len(times))],
+                "job_id": ["O"] * len(times),
+            }
+        ),
+        day="2026-01-05",
+    )
+    job = rows_by_id(analytics.job_usage(wh.connect(), now=at(2)))["O"]
+    assert job["mean_util"] == pytest.approx(0.3)
+    assert job["energy_j"] == pytest.approx(3 * 90_000)
+
+
+# ---- RDMA unknown, clusters, numeric job ids ------------------------------------------
+
+
+def test_rdma_with_an_unknown_counter_is_unknown_not_small(tmp_path: Path) -> None:
+    """Two nodes of job R; on n2 the 32-bit transmit counter saturated for two samples (NULL
+    counter and delta). Its transmit total is unknown, so is the per-node-hour rate and so the
+    job is neither low-RDMA nor fine; received bytes stay known."""
+    wh = Warehouse(tmp_path / "wh")
+    add_busy_job(wh, "R", ["n1", "n2"], 4, at(0), at(2), 0.0)
+    add_rdma_samples(wh, "R", "n1", at(0), at(2), 10**6, 10**6)
+    rows = [
+        {"ts": ts, "node": "n2", "device": "mlx5_0", "port": 1, "job_id": "R", "cluster": "test"}
+        | {"rx_bytes": 10**6 * (k + 1), "rx_delta_bytes": 10**6}
+        | ({} if k in (3, 4) else {"tx_bytes": 10**6 * (k + 1), "tx_delta_bytes": 10**6})
+        for k, ts in enumerate(sample_times(at(0), at(2)))
+    ]
+    wh.append("rdma_samples", pl.DataFrame(rows))
+    job = rows_by_id(analytics.job_usage(wh.connect(), now=at(3)))["R"]
+    assert job["rdma_tx_bytes"] is None and job["rdma_bytes_per_node_hour"] is None
+    assert job["rdma_rx_bytes"] == 16 * 10**6
+    idle = rows_by_id(analytics.idle_multinode_jobs(wh.connect(), now=at(3)))["R"]
+    assert idle["low_rdma"] is None
+
+    out = run_sing("--warehouse", str(wh.root), "job", "R", "--now", at(3).isoformat())
+    assert out.returncode == 0, out.stderr
+    assert "  n1  sent 0.01 GB  received 0.01 GB" in out.stdout
+    assert "  n2  sent unknown  received 0.01 GB" in out.stdout
+    assert "RDMA traffic" not in out.stdout  # no low-RDMA note on an unknown figure
+
+
+def test_jobs_are_matched_to_samples_by_cluster_too(tmp_path: Path) -> None:
+    """Job 7 exists in clusters a and b (ids repeat across clusters) on a node named n1 in
+    both: each keeps its own samples."""
+    wh = Warehouse(tmp_path / "wh")
+    for cluster, util in (("a", 0.8), ("b", 0.2)):
+        add_job(wh, "7", ["n1"], 2, at(0), at(1), cluster=cluster)
+        add_gpu_samples(wh, "7", "n1", [0, 1], at(0), at(1), util, cluster=cluster)
+    jobs = {r["cluster"]: r for r in analytics.job_usage(wh.connect(), now=at(2)).to_dicts()}
+    assert jobs["a"]["mean_util"] == pytest.approx(0.8)
+    assert jobs["b"]["mean_util"] == pytest.approx(0.2)
+    assert jobs["a"]["gpus_sampled"] == jobs["b"]["gpus_sampled"] == 2
+
+
+def test_old_samples_without_cluster_belong_to_the_only_cluster(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "wh")
+    add_job(wh, "5", ["n1"], 1, at(0), at(1))
+    add_gpu_samples(wh, "5", "n1", [0], at(0), at(1), 0.6, cluster=None)
+    job = rows_by_id(analytics.job_usage(wh.connect(), now=at(2)))["5"]
+    assert job["cluster"] == "test" and job["mean_util"] == pytest.approx(0.6)
+
+
+def test_numeric_job_ids_sort_and_break_ties_as_numbers(tmp_path: Path) -> None:
+    """Jobs 9 and 10 waste the same GPU-hours: 9 ranks first ("10" < "9" as text)."""
+    wh = Warehouse(tmp_path / "wh")
+    for job_id in ("10", "9", "100"):
+        add_busy_job(wh, job_id, ["n1", "n2"], 4, at(0), at(2), 0.0)
+    assert analytics.job_usage(wh.connect(), now=at(3))["job_id"].to_list() == ["9", "10", "100"]
+    idle = analytics.idle_multinode_jobs(wh.connect(), now=at(3))
+    assert idle["job_id"].to_list() == ["9", "10", "100"]

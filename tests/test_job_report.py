@@ -239,3 +239,20 @@ def test_sing_job_custom_notes_file(wh: Warehouse, tmp_path: Path) -> None:
     out = run_sing("--config", str(config), "--warehouse", str(wh.root), "job", "healthy")
     assert out.returncode == 1
     assert "my-notes.toml: note 1 needs exactly the keys 'when' and 'say'" in out.stderr
+
+
+def test_job_id_in_two_clusters_needs_a_cluster(tmp_path: Path) -> None:
+    """Job ids repeat across clusters: `sing job 7` names both, `--cluster` picks one."""
+    wh = Warehouse(tmp_path / "wh")
+    for cluster, util in (("a", 0.8), ("b", 0.2)):
+        add_job(wh, "7", ["n1"], 1, at(0), at(2), cluster=cluster)
+        add_gpu_samples(wh, "7", "n1", [0], at(0), at(2), util, cluster=cluster)
+    with pytest.raises(UserError, match=r"job 7 is in several clusters \(a, b\): name one"):
+        job_report(wh.connect(), "7", Thresholds(), [], at(24))
+    job = job_report(wh.connect(), "7", Thresholds(), [], at(24), cluster="b")
+    assert job["mean_util"] == pytest.approx(0.2) and len(job["per_gpu"]) == 1
+    out = run_sing("--warehouse", str(wh.root), "job", "7", "--cluster", "a", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["mean_util"] == pytest.approx(0.8)
+    with pytest.raises(UserError, match="no job 7 of cluster c in the warehouse"):
+        job_report(wh.connect(), "7", Thresholds(), [], at(24), cluster="c")

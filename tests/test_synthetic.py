@@ -222,3 +222,49 @@ def test_demo_data_rejects_bad_sizes(tmp_path: Path) -> None:
     out = run_sing("--warehouse", str(tmp_path / "wh"), "demo-data", "--days", "0")
     assert out.returncode == 1
     assert "--nodes, --gpus-per-node and --days must be positive" in out.stderr
+
+
+def test_small_cluster_history_with_inventory_deltas_and_cluster(tmp_path: Path) -> None:
+    """4 x 8 GPUs: the 64-GPU multi-node habit is capped to the cluster (it used to stop the
+    generator with a raw ValueError). The nodes are in the inventory from the history's start,
+    so capacity is known for every day, and samples carry their cluster and energy deltas."""
+    wh = Warehouse(tmp_path / "wh")
+    days = 2
+    out = run_sing(
+        "--warehouse", str(wh.root), "demo-data", "--nodes", "4", "--gpus-per-node", "8",
+        "--days", str(days), "--end", END.isoformat(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    con = wh.connect()
+    assert con.execute("SELECT max(num_gpus) FROM jobs").fetchone()[0] <= 32
+    nodes = con.execute("SELECT DISTINCT valid_from, source, gpus FROM nodes").fetchall()
+    assert nodes == [(END - timedelta(days=days), "synthetic", 8)]
+    usage = analytics.cluster_usage(con, until=END, now=END)
+    assert usage["capacity_gpu_hours"].to_list() == pytest.approx([32 * 24] * days)
+    clusters, no_delta = con.execute(
+        "SELECT list(DISTINCT cluster), count(*) - count(energy_delta_j) FROM gpu_samples"
+    ).fetchone()
+    assert clusters == ["campus"] and no_delta == 32  # each GPU's first sample has no delta
+    assert con.execute("SELECT count(*) FROM rdma_samples WHERE cluster IS NULL").fetchone() == (0,)
+
+
+def test_energy_deltas_add_up_to_the_counters(ten_days: Warehouse) -> None:
+    """Each GPU's deltas (the energy reports sum) add up to its counter's last minus first
+    reading: no step lost or counted twice across the generator's daily windows."""
+    con = ten_days.connect()
+    gap = con.execute(
+        """
+        SELECT max(abs(sum_delta - (last_j - first_j))) FROM (
+            SELECT sum(energy_delta_j) AS sum_delta, arg_max(energy_j, ts) AS last_j,
+                   arg_min(energy_j, ts) AS first_j
+            FROM gpu_samples GROUP BY node, gpu_index)
+        """
+    ).fetchone()[0]
+    assert gap < 1.0  # joules, over ~10 MJ per GPU: float rounding only
+
+
+def test_demo_data_rejects_too_many_gpus_per_node(tmp_path: Path) -> None:
+    out = run_sing("--warehouse", str(tmp_path / "wh"), "demo-data", "--gpus-per-node", "5000")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "--gpus-per-node must be at most 1024" in out.stderr
+    assert not (tmp_path / "wh").exists()

@@ -18,7 +18,7 @@ import pytest
 from sing.errors import UserError
 from warehouse import migrations
 from warehouse.cli import run_read_only
-from warehouse.importer import import_file
+from warehouse.importer import Imported, import_file
 from warehouse.store import Warehouse
 
 SING = Path(sys.executable).parent / "sing"
@@ -54,7 +54,7 @@ def wh(tmp_path: Path) -> Warehouse:
 
 
 def test_csv_with_iso_times_and_node_lists_loads_typed(wh: Warehouse, tmp_path: Path) -> None:
-    assert import_file(wh, "jobs", write(tmp_path / "jobs.csv", JOBS_CSV)) == 3
+    assert import_file(wh, "jobs", write(tmp_path / "jobs.csv", JOBS_CSV)).rows == 3
     rows = (
         wh.connect()
         .execute(
@@ -135,18 +135,18 @@ def test_parquet_import_casts_to_schema_and_splits_days(wh: Warehouse, tmp_path:
             "gpu_index": [0, 1, 7],
             "util": [0.25, 0.5, 1.0],
             "mem_used_bytes": [1, 2, 3],
-            "job_id": ["9", "9", None],
+            "job_id": ["9", "9", "10"],
         }
     )
     path = tmp_path / "samples.parquet"
     pq.write_table(data, path)
-    assert import_file(wh, "gpu_samples", path) == 3
+    assert import_file(wh, "gpu_samples", path).rows == 3
     assert len(wh.day_dirs(wh.table_dir("gpu_samples"))) == 2
     con = wh.connect()
     rows = con.execute(
         "SELECT node, gpu_index, util, mem_used_bytes, job_id FROM gpu_samples ORDER BY ts, node"
     ).fetchall()
-    assert rows == [("n1", 0, 0.25, 1, "9"), ("n1", 1, 0.5, 2, "9"), ("n2", 7, 1.0, 3, None)]
+    assert rows == [("n1", 0, 0.25, 1, "9"), ("n1", 1, 0.5, 2, "9"), ("n2", 7, 1.0, 3, "10")]
     assert con.execute("SELECT sum(util_sum) FROM job_gpu_usage WHERE job_id = '9'").fetchone() == (
         0.75,
     )
@@ -233,3 +233,94 @@ def test_imported_file_is_queryable_by_plain_duckdb(wh: Warehouse, tmp_path: Pat
         f"SELECT job_id FROM read_parquet('{wh.root}/jobs/*.parquet') ORDER BY job_id"
     ).fetchall()
     assert rows == [("101",), ("102",), ("103",)]
+
+
+# ---- samples without job ids or deltas: completed as the collector writes them --------------
+
+JOB_GPUS_CSV = """\
+job_id,cluster,node,gpu_index,start_time,end_time
+10,campus,n1,0,2026-01-05T10:00:00Z,2026-01-05T11:00:00Z
+10,campus,n1,1,2026-01-05T10:00:00Z,2026-01-05T11:00:00Z
+9,campus,n1,2,2026-01-05T10:00:00Z,
+9,campus,n1,3,2026-01-05T10:00:00Z,
+"""
+
+
+def test_gpu_samples_without_job_ids_are_attributed_from_job_gpus(
+    wh: Warehouse, tmp_path: Path
+) -> None:
+    """GPU 0 is job 10's until 11:00 (end exclusive), GPU 2 job 9's (still running), GPU 4 no
+    job's; the energy counter restarts between the 2nd and 3rd sample of GPU 0 (deltas: the
+    first sample has none, a counter that went down counts from 0)."""
+    import_file(wh, "job_gpus", write(tmp_path / "job_gpus.csv", JOB_GPUS_CSV))
+    samples = write(
+        tmp_path / "samples.csv",
+        "ts,node,gpu_index,util,energy_j\n"
+        "2026-01-05T10:00:00Z,n1,0,0.5,1000\n"
+        "2026-01-05T10:00:15Z,n1,0,0.5,2000\n"
+        "2026-01-05T10:00:30Z,n1,0,0.5,300\n"
+        "2026-01-05T11:00:00Z,n1,0,0.5,1300\n"
+        "2026-01-05T11:00:00Z,n1,2,0.5,10\n"
+        "2026-01-05T11:00:00Z,n1,4,0.5,10\n",
+    )
+    assert import_file(wh, "gpu_samples", samples) == Imported(rows=6, attributed=4)
+    rows = (
+        wh.connect()
+        .execute(
+            "SELECT strftime(ts, '%H:%M:%S'), gpu_index, job_id, cluster, energy_delta_j "
+            "FROM gpu_samples ORDER BY gpu_index, ts"
+        )
+        .fetchall()
+    )
+    assert rows == [
+        ("10:00:00", 0, "10", "campus", None),
+        ("10:00:15", 0, "10", "campus", 1000.0),
+        ("10:00:30", 0, "10", "campus", 300.0),
+        ("11:00:00", 0, None, "campus", 1000.0),
+        ("11:00:00", 2, "9", "campus", None),
+        ("11:00:00", 4, None, "campus", None),
+    ]
+
+
+def test_rdma_samples_take_the_job_holding_most_gpus_lowest_numeric_id_on_ties(
+    wh: Warehouse, tmp_path: Path
+) -> None:
+    """Jobs 10 and 9 hold 2 GPUs each of n1: the tie goes to 9 (as a number, 9 < 10). A NULL
+    counter (saturated) has no delta, nor has the next sample (its previous one is unknown)."""
+    import_file(wh, "job_gpus", write(tmp_path / "job_gpus.csv", JOB_GPUS_CSV))
+    samples = write(
+        tmp_path / "rdma.csv",
+        "ts,node,device,port,tx_bytes,rx_bytes\n"
+        "2026-01-05T10:00:00Z,n1,mlx5_0,1,100,100\n"
+        "2026-01-05T10:00:15Z,n1,mlx5_0,1,,300\n"
+        "2026-01-05T10:00:30Z,n1,mlx5_0,1,500,50\n",
+    )
+    assert import_file(wh, "rdma_samples", samples).attributed == 3
+    rows = (
+        wh.connect()
+        .execute("SELECT job_id, tx_delta_bytes, rx_delta_bytes FROM rdma_samples ORDER BY ts")
+        .fetchall()
+    )
+    assert rows == [("9", None, None), ("9", None, 200), ("9", None, 50)]
+
+
+def test_samples_without_job_ids_or_allocations_are_refused(wh: Warehouse, tmp_path: Path) -> None:
+    samples = write(tmp_path / "s.csv", "ts,node,gpu_index,util\n2026-02-01T10:00:00Z,n1,0,0.5\n")
+    with pytest.raises(UserError, match="import jobs/job_gpus first or add a job_id column"):
+        import_file(wh, "gpu_samples", samples)
+    # Allocations that ended in January do not cover February's samples either.
+    ended = "\n".join(JOB_GPUS_CSV.splitlines()[:3]) + "\n"
+    import_file(wh, "job_gpus", write(tmp_path / "job_gpus.csv", ended))
+    with pytest.raises(UserError, match=r"1 row\(s\) have no job_id .* 2026-02-01 10:00:00"):
+        import_file(wh, "gpu_samples", samples)
+    assert not wh.table_dir("gpu_samples").exists()
+
+
+def test_samples_without_cluster_in_a_multi_cluster_warehouse_are_refused(
+    wh: Warehouse, tmp_path: Path
+) -> None:
+    import_file(wh, "job_gpus", write(tmp_path / "a.csv", JOB_GPUS_CSV))
+    import_file(wh, "job_gpus", write(tmp_path / "b.csv", JOB_GPUS_CSV.replace("campus", "lab")))
+    samples = write(tmp_path / "s.csv", "ts,node,gpu_index,job_id\n2026-01-05T10:00:00Z,n1,0,9\n")
+    with pytest.raises(UserError, match=r"several \(campus, lab\): add a cluster column"):
+        import_file(wh, "gpu_samples", samples)

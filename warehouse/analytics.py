@@ -18,18 +18,67 @@ import polars as pl
 
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 
-# Per-job usage over the job's whole life, one row per job (the base of most reports).
-JOB_USAGE_SQL = """
-WITH gpu AS (
-    SELECT job_id, node, gpu_index,
-           sum(samples) AS samples, sum(util_sum) AS util_sum, max(util_max) AS util_max,
-           sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_samples,
-           sum(idle_samples) AS idle_samples, max(mem_peak_bytes) AS mem_peak_bytes,
-           max(mem_total_bytes) AS mem_total_bytes,
-           max(energy_max_j) - min(energy_min_j) AS energy_j
-    FROM job_gpu_usage GROUP BY ALL
-), usage AS (
-    SELECT job_id,
+# Samples, rollups and node records written before they carried a cluster have NULL there; they
+# belong to the warehouse's only cluster (the one cluster its job records name). A warehouse that
+# already holds several clusters has no such rows (every writer stamps the cluster since), so
+# NULL stays NULL there and matches no job rather than a guessed one.
+HOME_CLUSTER = "(SELECT CASE WHEN count(DISTINCT cluster) = 1 THEN min(cluster) END FROM jobs)"
+
+
+def numeric_job_order(column: str = "job_id") -> str:
+    """SQL ORDER BY terms for job ids: strings, but numeric ones sort as numbers ("9" before
+    "10"), others after them, by text."""
+    return f"try_cast({column} AS BIGINT) NULLS LAST, {column}"
+
+
+# Per job and GPU over the job's whole life, from the per-day rollup. Energy: the sum of the
+# GPU's counter deltas (resets handled by the writer) except its first sample in the job, whose
+# delta reaches back before the job; days rolled up before deltas existed fall back to that
+# day's counter max - min.
+JOB_GPU_SQL = f"""
+SELECT cluster, job_id, node, gpu_index,
+       sum(samples) AS samples, sum(util_sum) AS util_sum, max(util_max) AS util_max,
+       sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_samples,
+       sum(idle_samples) AS idle_samples, max(mem_peak_bytes) AS mem_peak_bytes,
+       max(mem_total_bytes) AS mem_total_bytes,
+       sum(CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
+                ELSE energy_max_j - energy_min_j END)
+           - coalesce(arg_min_null(CASE WHEN energy_delta_samples > 0
+                                        THEN first_energy_delta_j END, first_ts), 0)
+           AS energy_j
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage)
+GROUP BY ALL
+"""
+
+# Per job and node: RDMA bytes each way, NULL (unknown) where any of the job's samples there had
+# an unknown counter (a saturated 32-bit counter), rather than a total that is too small.
+JOB_RDMA_SQL = f"""
+SELECT cluster, job_id, node,
+       CASE WHEN coalesce(sum(tx_unknown_samples), 0) = 0 THEN coalesce(sum(tx_bytes), 0) END
+           ::BIGINT AS tx_bytes,
+       CASE WHEN coalesce(sum(rx_unknown_samples), 0) = 0 THEN coalesce(sum(rx_bytes), 0) END
+           ::BIGINT AS rx_bytes
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_rdma_usage)
+GROUP BY ALL
+"""
+
+# Versions of each node of the inventory: a version holds from `valid_from` (-infinity for rows
+# without one: since the beginning) until the node's next version (+infinity for the newest);
+# gpus = 0 means the node is gone (or has no GPU) in that span.
+NODE_VERSIONS_SQL = f"""
+SELECT cluster, node, gpus, gpu_model, gpu_memory_bytes, partition, source,
+       coalesce(valid_from, '-infinity'::TIMESTAMPTZ) AS valid_from,
+       coalesce(lead(valid_from) OVER (PARTITION BY cluster, node ORDER BY valid_from NULLS FIRST),
+                'infinity'::TIMESTAMPTZ) AS valid_until
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM nodes)
+"""
+
+# Per-job usage over the job's whole life, one row per job (the base of most reports). Jobs are
+# matched to their samples by (cluster, job_id): job ids repeat across clusters.
+JOB_USAGE_SQL = f"""
+WITH gpu AS ({JOB_GPU_SQL}),
+usage AS (
+    SELECT cluster, job_id,
            sum(util_sum) / nullif(sum(samples), 0) AS mean_util,
            sum(sm_sum) / nullif(sum(sm_samples), 0) AS mean_sm_active,
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
@@ -38,12 +87,16 @@ WITH gpu AS (
            max(mem_peak_bytes) AS peak_mem_bytes,
            max(mem_total_bytes) AS gpu_mem_bytes,
            sum(energy_j) AS energy_j
-    FROM gpu GROUP BY job_id
+    FROM gpu GROUP BY cluster, job_id
 ), rdma AS (
-    SELECT job_id, sum(tx_bytes)::BIGINT AS rdma_tx_bytes, sum(rx_bytes)::BIGINT AS rdma_rx_bytes
-    FROM job_rdma_usage GROUP BY job_id
+    -- A direction with any node's total unknown has an unknown job total (NULL).
+    SELECT cluster, job_id,
+           CASE WHEN count(tx_bytes) = count(*) THEN sum(tx_bytes) END::BIGINT AS rdma_tx_bytes,
+           CASE WHEN count(rx_bytes) = count(*) THEN sum(rx_bytes) END::BIGINT AS rdma_rx_bytes,
+           count(tx_bytes) < count(*) OR count(rx_bytes) < count(*) AS rdma_unknown
+    FROM ({JOB_RDMA_SQL}) GROUP BY cluster, job_id
 )
-SELECT j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
+SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
        j.submit_time, j.start_time, j.end_time, j.num_nodes, j.num_gpus, j.gpus_per_node,
        j.nodes,
        epoch(coalesce(j.end_time, $now) - j.start_time) AS run_s,
@@ -54,14 +107,16 @@ SELECT j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
            AS idle_gpu_hours,
        u.gpus_never_used, u.gpus_sampled, u.peak_mem_bytes, u.gpu_mem_bytes, u.energy_j,
        r.rdma_tx_bytes, r.rdma_rx_bytes,
-       (coalesce(r.rdma_tx_bytes, 0) + coalesce(r.rdma_rx_bytes, 0))
+       CASE WHEN NOT coalesce(r.rdma_unknown, false) THEN
+           (coalesce(r.rdma_tx_bytes, 0) + coalesce(r.rdma_rx_bytes, 0))
            / nullif(j.num_nodes * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600, 0)
-           AS rdma_bytes_per_node_hour
+       END AS rdma_bytes_per_node_hour
 FROM jobs j
-LEFT JOIN usage u USING (job_id)
-LEFT JOIN rdma r USING (job_id)
+LEFT JOIN usage u ON u.cluster = j.cluster AND u.job_id = j.job_id
+LEFT JOIN rdma r ON r.cluster = j.cluster AND r.job_id = j.job_id
 WHERE j.start_time IS NOT NULL
   AND j.start_time < $until AND coalesce(j.end_time, $now) > $since
+ORDER BY {numeric_job_order("j.job_id")}, j.cluster
 """
 
 
@@ -107,7 +162,7 @@ def utilization_by_node_count(
         SELECT CAST(pow(2, ceil(log2(greatest(num_nodes, 1)))) AS INTEGER) AS nodes,
                count(*) AS jobs,
                sum(gpu_hours) AS gpu_hours,
-               sum(mean_util * gpu_hours) / sum(gpu_hours) AS weighted_util,
+               sum(mean_util * gpu_hours) / nullif(sum(gpu_hours), 0) AS weighted_util,
                avg(mean_util) AS mean_job_util,
                quantile_cont(mean_util, 0.1) AS p10_util,
                quantile_cont(mean_util, 0.5) AS p50_util,
@@ -142,7 +197,8 @@ def fairness(
               AND start_time < $until AND coalesce(end_time, $now) > $since
         )
         SELECT user, count(*) AS jobs, sum(gpu_hours) AS gpu_hours,
-               sum(gpu_hours) / sum(sum(gpu_hours)) OVER () AS share,
+               -- NULL, not NaN, when the window's jobs held no GPU time (CPU-only jobs)
+               sum(gpu_hours) / nullif(sum(sum(gpu_hours)) OVER (), 0) AS share,
                1 / count(*) OVER () AS equal_share,
                avg(queue_h) AS mean_queue_h,
                quantile_cont(queue_h, 0.95) AS p95_queue_h
@@ -171,7 +227,8 @@ def idle_multinode_jobs(
     now: datetime | None = None,
 ) -> pl.DataFrame:
     """Jobs on >= `min_nodes` nodes, allocated for >= `min_hours`, whose mean GPU utilisation is
-    under the threshold, ranked by wasted GPU-hours (allocated GPU-hours x the unused share)."""
+    under the threshold, ranked by wasted GPU-hours (allocated GPU-hours x the unused share; ties
+    by numeric job id). `low_rdma` is NULL where the job's RDMA traffic is unknown."""
     usage = job_usage(con, since, until, now)
     if running_only:
         usage = usage.filter(pl.col("end_time").is_null())
@@ -183,10 +240,17 @@ def idle_multinode_jobs(
         )
         .with_columns(
             wasted_gpu_hours=pl.col("gpu_hours") * (1 - pl.col("mean_util").fill_null(0.0)),
-            low_rdma=pl.col("rdma_bytes_per_node_hour").fill_null(0.0) < rdma_threshold,
+            low_rdma=pl.col("rdma_bytes_per_node_hour") < rdma_threshold,
         )
-        .sort("wasted_gpu_hours", descending=True)
+        .sort(
+            pl.col("wasted_gpu_hours"),
+            pl.col("job_id").cast(pl.Int64, strict=False),
+            pl.col("job_id"),
+            descending=[True, False, False],
+            nulls_last=True,
+        )
         .select(
+            "cluster",
             "job_id",
             "user",
             "account",
@@ -214,14 +278,20 @@ def cluster_usage(
     now: datetime | None = None,
 ) -> pl.DataFrame:
     """Per time bucket: GPU assignment rate (allocated GPU-time / capacity) and utilisation
-    (mean over all GPUs of the cluster, busy or not)."""
+    (mean over all GPUs of the cluster, busy or not).
+
+    Capacity is the GPU-time of the node versions in force during the bucket (a node added
+    mid-bucket counts from then; one with gpus = 0 counts nothing): NULL where no node version
+    covers any of the bucket. Allocations are NULL while the warehouse has no job record at all
+    (no job sync or import yet). The rate is NULL whenever either is unknown or capacity is 0,
+    never a guess."""
     if bucket not in ("hour", "day", "week"):
         raise ValueError("bucket must be hour, day or week")
     params = _window(since, until, now)
     step = {"hour": "1 hour", "day": "1 day", "week": "7 days"}[bucket]
     return con.sql(
         f"""
-        WITH capacity AS (SELECT sum(gpus) AS gpus FROM nodes),
+        WITH versions AS ({NODE_VERSIONS_SQL}),
         alloc AS (
             SELECT date_trunc('{bucket}', b) AS bucket,
                    sum(num_gpus * epoch(least(coalesce(end_time, $now), b + INTERVAL '{step}',
@@ -242,19 +312,34 @@ def cluster_usage(
             FROM gpu_hourly WHERE hour >= $since AND hour < $until GROUP BY 1
         ),
         span AS (
-            SELECT bucket,
-                   epoch(least(bucket + INTERVAL '{step}', $until, $now) - greatest(bucket, $since))
-                       AS seconds
+            SELECT bucket, greatest(bucket, $since) AS b_start,
+                   least(bucket + INTERVAL '{step}', $until, $now) AS b_end
             FROM (SELECT bucket FROM alloc UNION SELECT bucket FROM used)
+        ),
+        capacity AS (
+            SELECT s.bucket,
+                   sum(v.gpus * epoch(least(v.valid_until, s.b_end)
+                                      - greatest(v.valid_from, s.b_start))) AS gpu_s
+            FROM span s JOIN versions v ON v.valid_from < s.b_end AND v.valid_until > s.b_start
+            GROUP BY 1
+        ),
+        rows AS (
+            SELECT s.bucket, epoch(s.b_end - s.b_start) / 3600 AS bucket_hours,
+                   CASE WHEN EXISTS (FROM jobs) THEN coalesce(a.gpu_s, 0) END AS alloc_s,
+                   c.gpu_s AS capacity_s, u.util, u.sampled_assignment
+            FROM span s LEFT JOIN alloc a USING (bucket) LEFT JOIN used u USING (bucket)
+            LEFT JOIN capacity c USING (bucket)
+            WHERE s.b_end > s.b_start
         )
-        SELECT s.bucket, coalesce(a.gpu_s, 0) / 3600 AS allocated_gpu_hours,
-               (SELECT gpus FROM capacity) * s.seconds / 3600 AS capacity_gpu_hours,
-               least(coalesce(a.gpu_s, 0) / nullif((SELECT gpus FROM capacity) * s.seconds, 0), 1)
-                   AS assignment_rate,
-               u.util, u.sampled_assignment
-        FROM span s LEFT JOIN alloc a USING (bucket) LEFT JOIN used u USING (bucket)
-        WHERE s.seconds > 0
-        ORDER BY s.bucket
+        SELECT bucket, bucket_hours, alloc_s / 3600 AS allocated_gpu_hours,
+               capacity_s / 3600 AS capacity_gpu_hours,
+               -- above 1 only where capacity is known for part of the bucket: capped (least()
+               -- alone would turn an unknown NULL into 1)
+               CASE WHEN capacity_s > 0 AND alloc_s IS NOT NULL
+                    THEN least(alloc_s / capacity_s, 1) END AS assignment_rate,
+               util, sampled_assignment
+        FROM rows
+        ORDER BY bucket
         """,
         params=params,
     ).pl()

@@ -45,8 +45,11 @@ def open_warehouse(args: argparse.Namespace, config: Config) -> Warehouse:
 
 
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
-    rows = import_file(open_warehouse(args, config), args.table, args.file)
-    print(f"imported {rows} rows into {args.table}")
+    imported = import_file(open_warehouse(args, config), args.table, args.file)
+    attributed = (
+        f" ({imported.attributed} attributed to jobs from job_gpus)" if imported.attributed else ""
+    )
+    print(f"imported {imported.rows} rows into {args.table}{attributed}")
     return 0
 
 

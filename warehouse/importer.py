@@ -2,10 +2,18 @@
 
 CSV is read as text first and every value is checked against its column's type, so a bad value
 is reported with file, row and column, and nothing is written unless the whole file is good.
+
+Samples are completed the way the collector writes them, so reports treat imported and scraped
+data alike: a missing `cluster` is the warehouse's only cluster; counter deltas a file lacks
+(`energy_delta_j`, `tx/rx_delta_bytes`) are computed from the counters (a counter that went
+down restarted from 0); and a sample without a job id gets the job that held the GPU then,
+from `job_gpus`, by the collector's rule (docs/collector.md) - or the import is refused with
+what to do, never written unattributed without a record saying no job held the GPU.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -13,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sing.errors import UserError
+from warehouse.analytics import numeric_job_order
 from warehouse.schema import table
 from warehouse.store import Warehouse, conform
 
@@ -28,8 +37,14 @@ _DUCKDB_TYPES = {
 }
 
 
-def import_file(wh: Warehouse, table_name: str, path: Path) -> int:
-    """Load `path` into `table_name`; returns rows written. Raises UserError on bad input."""
+@dataclass(frozen=True)
+class Imported:
+    rows: int  # rows written
+    attributed: int = 0  # samples whose job id came from job_gpus
+
+
+def import_file(wh: Warehouse, table_name: str, path: Path) -> Imported:
+    """Load `path` into `table_name`. Raises UserError on bad input, writing nothing."""
     spec = table(table_name)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -42,9 +57,125 @@ def import_file(wh: Warehouse, table_name: str, path: Path) -> int:
         data = _read_csv(path, spec)
     try:
         batch = conform(spec, data)
+        attributed = 0
+        if table_name in _COUNTERS:
+            batch, attributed = _complete_samples(wh, table_name, batch, set(data.column_names))
     except UserError as err:
         raise UserError(f"{path}: {err}") from err
-    return wh.append(table_name, batch)
+    return Imported(wh.append(table_name, batch), attributed)
+
+
+# Per sample table: the columns naming one counter series, and (counter, its delta) pairs.
+_COUNTERS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {
+    "gpu_samples": (("cluster", "node", "gpu_index"), (("energy_j", "energy_delta_j"),)),
+    "rdma_samples": (
+        ("cluster", "node", "device", "port"),
+        (("tx_bytes", "tx_delta_bytes"), ("rx_bytes", "rx_delta_bytes")),
+    ),
+}
+
+# The job of a sample without one, from the allocations at its time: for a GPU, the job holding
+# it; for an RDMA port, the job holding most of the node's GPUs (ties: lowest numeric job id).
+_HELD = """
+    JOIN job_gpus a ON a.cluster = s.cluster AND a.node = s.node
+     AND a.start_time <= s.ts AND s.ts < coalesce(a.end_time, 'infinity'::TIMESTAMPTZ)
+"""
+_ATTRIBUTE = {
+    "gpu_samples": f"""
+        SELECT s.__row, a.job_id FROM incoming s {_HELD} AND a.gpu_index = s.gpu_index
+        WHERE s.job_id IS NULL
+        QUALIFY row_number() OVER (
+            PARTITION BY s.__row ORDER BY {numeric_job_order("a.job_id")}) = 1
+    """,
+    "rdma_samples": f"""
+        SELECT s.__row, a.job_id FROM incoming s {_HELD}
+        WHERE s.job_id IS NULL
+        GROUP BY s.__row, a.job_id
+        QUALIFY row_number() OVER (
+            PARTITION BY s.__row
+            ORDER BY count(*) DESC, {numeric_job_order("a.job_id")}) = 1
+    """,
+}
+
+
+def _complete_samples(
+    wh: Warehouse, name: str, batch: pa.Table, given: set[str]
+) -> tuple[pa.Table, int]:
+    """The batch with cluster, counter deltas and job ids filled in; (batch, rows attributed)."""
+    spec = table(name)
+    series, counters = _COUNTERS[name]
+    con = wh.connect()
+    con.register("batch", batch.append_column("__row", pa.array(range(batch.num_rows))))
+    con.execute("CREATE TEMP TABLE incoming AS FROM batch")  # a table, to fill in place
+    con.execute(f"UPDATE incoming SET cluster = {_only_cluster(con)} WHERE cluster IS NULL")
+    keys = ", ".join(series)
+    for counter, delta in counters:
+        if delta in given:
+            continue
+        # The previous sample of the same series; an unknown (NULL) counter or one without a
+        # previous sample has no delta, and a counter that went down restarted from 0.
+        con.execute(
+            f"""
+            UPDATE incoming t SET {delta} = d.delta FROM (
+                SELECT __row, CASE WHEN prev IS NULL THEN NULL
+                                   WHEN {counter} >= prev THEN {counter} - prev
+                                   ELSE {counter} END AS delta
+                FROM (SELECT __row, {counter},
+                             lag({counter}) OVER (PARTITION BY {keys} ORDER BY ts) AS prev
+                      FROM incoming)
+            ) d WHERE t.__row = d.__row
+            """
+        )
+    _check_attributable(con)
+    attributed = con.execute(
+        f"""
+        UPDATE incoming t SET job_id = h.job_id FROM ({_ATTRIBUTE[name]}) h
+        WHERE t.__row = h.__row
+        """
+    ).fetchone()[0]
+    columns = ", ".join(f'"{f.name}"' for f in spec.schema)
+    done = con.sql(f"SELECT {columns} FROM incoming ORDER BY __row").to_arrow_table()
+    return conform(spec, done), int(attributed)
+
+
+def _only_cluster(con: duckdb.DuckDBPyConnection) -> str:
+    """SQL for the cluster of rows that name none: the warehouse's only one; refuses when the
+    warehouse has several and the file leaves its rows' cluster open."""
+    clusters = con.execute(
+        "SELECT DISTINCT cluster FROM (SELECT cluster FROM jobs UNION SELECT cluster FROM job_gpus)"
+        " WHERE cluster IS NOT NULL ORDER BY 1"
+    ).fetchall()
+    unnamed = con.execute("SELECT count(*) FROM incoming WHERE cluster IS NULL").fetchone()[0]
+    if len(clusters) > 1 and unnamed:
+        raise UserError(
+            f"{unnamed} row(s) name no cluster and the warehouse holds several "
+            f"({', '.join(c[0] for c in clusters)}): add a cluster column"
+        )
+    return "NULL" if not clusters else "'" + clusters[0][0].replace("'", "''") + "'"
+
+
+def _check_attributable(con: duckdb.DuckDBPyConnection) -> None:
+    """Samples without a job id need allocation records for their time, or they would be
+    written as if no job held the GPUs."""
+    missing, first, last = con.execute(
+        "SELECT count(*), min(ts), max(ts) FROM incoming WHERE job_id IS NULL"
+    ).fetchone()
+    if not missing:
+        return
+    covered = con.execute(
+        """
+        SELECT count(*) FROM job_gpus
+        WHERE cluster IN (SELECT cluster FROM incoming WHERE job_id IS NULL)
+          AND start_time <= ? AND coalesce(end_time, 'infinity'::TIMESTAMPTZ) > ?
+        """,
+        [last, first],
+    ).fetchone()[0]
+    if not covered:
+        raise UserError(
+            f"{missing} row(s) have no job_id and no job_gpus record covers their time "
+            f"({first:%Y-%m-%d %H:%M:%S} to {last:%Y-%m-%d %H:%M:%S} UTC), so sing cannot "
+            "tell which job held the GPUs: import jobs/job_gpus first or add a job_id column"
+        )
 
 
 def _read_csv(path: Path, spec) -> pa.Table:

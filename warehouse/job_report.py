@@ -17,7 +17,7 @@ import duckdb
 
 from sing.config import Thresholds
 from sing.errors import UserError
-from warehouse.analytics import JOB_USAGE_SQL
+from warehouse.analytics import JOB_GPU_SQL, JOB_RDMA_SQL, JOB_USAGE_SQL
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 
 DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
@@ -49,53 +49,80 @@ def job_report(
     thresholds: Thresholds,
     notes: list[dict[str, str]],
     now: datetime | None = None,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
-    """Everything `sing job` shows: the job's figures, per-GPU and per-node rows, notes."""
+    """Everything `sing job` shows: the job's figures, per-GPU and per-node rows, notes.
+
+    Job ids repeat across clusters: `cluster` picks one; without it an id found in several
+    clusters is an error naming them."""
     now = now or datetime.now(UTC)
+    cluster = _job_cluster(con, job_id, cluster)
     params = {
         "since": datetime(1970, 1, 1, tzinfo=UTC),
         "until": now,
         "now": now,
         "idle_sample": IDLE_SAMPLE_UTIL,
+        "cluster": cluster,
+        "job_id": job_id,
     }
     rows = con.sql(
-        f"SELECT * FROM ({JOB_USAGE_SQL}) WHERE job_id = $job_id",
-        params={**params, "job_id": job_id},
+        f"SELECT * FROM ({JOB_USAGE_SQL}) WHERE cluster = $cluster AND job_id = $job_id",
+        params=params,
     ).pl()
     if rows.is_empty():
-        state = con.execute("SELECT state FROM jobs WHERE job_id = ?", [job_id]).fetchone()
-        if state is None:
-            raise UserError(f"no job {job_id} in the warehouse")
+        state = con.execute(
+            "SELECT state FROM jobs WHERE cluster = ? AND job_id = ?", [cluster, job_id]
+        ).fetchone()
         raise UserError(f"job {job_id} has not started (state {state[0]})")
     job = rows.row(0, named=True)
+    key = {"cluster": cluster, "job_id": job_id}
     job["per_gpu"] = (
         con.sql(
-            """
-        SELECT node, gpu_index, sum(util_sum) / sum(samples) AS mean_util,
-               max(util_max) AS max_util,
-               sum(sm_sum) / nullif(sum(sm_samples), 0) AS mean_sm_active,
-               max(mem_peak_bytes) AS peak_mem_bytes,
-               max(energy_max_j) - min(energy_min_j) AS energy_j
-        FROM job_gpu_usage WHERE job_id = ? GROUP BY ALL ORDER BY node, gpu_index
+            f"""
+        SELECT node, gpu_index, util_sum / samples AS mean_util, util_max AS max_util,
+               sm_sum / nullif(sm_samples, 0) AS mean_sm_active,
+               mem_peak_bytes AS peak_mem_bytes, energy_j
+        FROM ({JOB_GPU_SQL}) WHERE cluster = $cluster AND job_id = $job_id
+        ORDER BY node, gpu_index
         """,
-            params=[job_id],
+            params=key,
         )
         .pl()
         .to_dicts()
     )
     job["per_node_rdma"] = (
         con.sql(
-            """
-        SELECT node, sum(tx_bytes)::BIGINT AS tx_bytes, sum(rx_bytes)::BIGINT AS rx_bytes
-        FROM job_rdma_usage WHERE job_id = ? GROUP BY node ORDER BY node
+            f"""
+        SELECT node, tx_bytes, rx_bytes
+        FROM ({JOB_RDMA_SQL}) WHERE cluster = $cluster AND job_id = $job_id ORDER BY node
         """,
-            params=[job_id],
+            params=key,
         )
         .pl()
         .to_dicts()
     )
     job["notes"] = evaluate_notes(con, job, thresholds, notes)
     return job
+
+
+def _job_cluster(con: duckdb.DuckDBPyConnection, job_id: str, cluster: str | None) -> str:
+    """The cluster of the job `job_id`, checked to exist (and to be the only one)."""
+    found = [
+        row[0]
+        for row in con.execute(
+            "SELECT DISTINCT cluster FROM jobs WHERE job_id = ? AND (? IS NULL OR cluster = ?) "
+            "ORDER BY cluster",
+            [job_id, cluster, cluster],
+        ).fetchall()
+    ]
+    if not found:
+        where = f" of cluster {cluster}" if cluster else ""
+        raise UserError(f"no job {job_id}{where} in the warehouse")
+    if len(found) > 1:
+        raise UserError(
+            f"job {job_id} is in several clusters ({', '.join(found)}): name one with --cluster"
+        )
+    return found[0]
 
 
 def evaluate_notes(
@@ -122,13 +149,13 @@ def evaluate_notes(
 
 
 def _derived(job: dict[str, Any]) -> dict[str, Any]:
-    """The job's figures plus friendlier units; unknown figures stay NULL (no note fires)."""
+    """The job's figures plus friendlier units; unknown figures stay NULL (no note fires: an
+    unknown RDMA total is not evidence of a job that does not talk)."""
     out = dict(job)
-    out["rdma_gb_per_node_hour"] = (job.get("rdma_bytes_per_node_hour") or 0) / 1e9
+    rdma = job.get("rdma_bytes_per_node_hour")
+    out["rdma_gb_per_node_hour"] = None if rdma is None else rdma / 1e9
     out["peak_mem_gib"] = (job.get("peak_mem_bytes") or 0) / GIB
     out["gpu_mem_gib"] = (job.get("gpu_mem_bytes") or 0) / GIB
-    if job.get("rdma_bytes_per_node_hour") is None and job.get("gpus_sampled"):
-        out["rdma_bytes_per_node_hour"] = 0  # sampled, and no RDMA traffic was seen
     return out
 
 
@@ -179,7 +206,7 @@ def render(job: dict[str, Any]) -> str:
         f"Nodes: {', '.join(job['nodes'] or [])}",
         "",
         f"GPU-hours allocated {job['gpu_hours']:.1f}   idle GPU-hours "
-        f"{job['idle_gpu_hours'] or 0:.1f}   energy {(job['energy_j'] or 0) / 3.6e6:.2f} kWh",
+        f"{job['idle_gpu_hours'] or 0:.1f}   energy {_amount(job['energy_j'], 3.6e6, 'kWh')}",
         f"GPU utilization  {_bar(job['mean_util'])}  SM activity  {_bar(job['mean_sm_active'])}",
         f"Peak GPU memory  {(job['peak_mem_bytes'] or 0) / GIB:.1f} GiB",
         "",
@@ -194,8 +221,8 @@ def render(job: dict[str, Any]) -> str:
         lines.append("RDMA per node:")
         for r in job["per_node_rdma"]:
             lines.append(
-                f"  {r['node']}  sent {(r['tx_bytes'] or 0) / 1e9:.2f} GB  "
-                f"received {(r['rx_bytes'] or 0) / 1e9:.2f} GB"
+                f"  {r['node']}  sent {_amount(r['tx_bytes'], 1e9, 'GB')}  "
+                f"received {_amount(r['rx_bytes'], 1e9, 'GB')}"
             )
     if job["notes"]:
         lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
@@ -207,6 +234,11 @@ def _bar(ratio: float | None, width: int = 20) -> str:
         return "[" + " " * width + "]  n/a"
     filled = round(max(0.0, min(1.0, ratio)) * width)
     return "[" + "#" * filled + "." * (width - filled) + f"] {ratio:4.0%}"
+
+
+def _amount(value: float | None, per_unit: float, unit: str) -> str:
+    """`value` in `unit` with two decimals, or "unknown" (a figure sing could not measure)."""
+    return "unknown" if value is None else f"{value / per_unit:.2f} {unit}"
 
 
 def _na(value: object) -> str:

@@ -11,11 +11,10 @@ from pathlib import Path
 import polars as pl
 
 from sing.config import Config
-from sing.errors import UserError
 from warehouse import analytics
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
-from warehouse.synthetic import generate
+from warehouse.synthetic import check_size, generate
 
 NOW_HELP = "count running jobs up to this time (default: now, or the newest sample if older)"
 # A warehouse whose samples stopped longer ago than this reports as of its newest sample, so
@@ -55,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
+    job.add_argument("--cluster", help="the job's cluster, where job ids repeat across clusters")
     job.add_argument("--now", type=_time, help=NOW_HELP)
     job.add_argument("--json", action="store_true")
     job.set_defaults(func=cmd_job)
@@ -111,10 +111,64 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         print()
         return 0
     with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40, tbl_width_chars=160):
-        print(frame)
+        print(show_unknown(frame))
     for key, value in extra.items():
         print(f"{key}: {value:.3f}")
+    for line in explain_unknown(frame):
+        print(line)
     return 0
+
+
+# Measured figures: NULL in one of these means sing could not know it (no samples, no node
+# inventory, no job records, a saturated counter), which the human output says in words.
+MEASURED = (
+    "allocated_gpu_hours",
+    "capacity_gpu_hours",
+    "assignment_rate",
+    "util",
+    "sampled_assignment",
+    "mean_util",
+    "mean_sm_active",
+    "idle_share",
+    "idle_gpu_hours",
+    "peak_mem_bytes",
+    "energy_j",
+    "rdma_tx_bytes",
+    "rdma_rx_bytes",
+    "rdma_bytes_per_node_hour",
+    "low_rdma",
+)
+
+
+def show_unknown(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame for people: measured figures that are NULL print as "unknown", not "null"."""
+    columns = [c for c in MEASURED if c in frame.columns and frame[c].null_count()]
+    return frame.with_columns(
+        pl.when(pl.col(c).is_null())
+        .then(pl.lit("unknown"))
+        .otherwise((pl.col(c).round(4) if frame[c].dtype.is_float() else pl.col(c)).cast(pl.String))
+        .alias(c)
+        for c in columns
+    )
+
+
+def explain_unknown(frame: pl.DataFrame) -> list[str]:
+    """Why a cluster figure is unknown, and what makes it known."""
+    lines = []
+    if "capacity_gpu_hours" in frame.columns and frame["capacity_gpu_hours"].null_count():
+        lines.append(
+            f"capacity unknown for {frame['capacity_gpu_hours'].null_count()} of "
+            f"{frame.height} bucket(s): no node inventory covers them, so no assignment rate "
+            "there. The collector records the nodes its exporters (and sinfo) report; or "
+            "import an inventory: sing warehouse import nodes FILE"
+        )
+    if "allocated_gpu_hours" in frame.columns and frame["allocated_gpu_hours"].null_count():
+        lines.append(
+            "allocations unknown: the warehouse has no job records, so no assignment rate. "
+            "Sync jobs (the collector's job sync, [executor]) or import them: "
+            "sing warehouse import jobs FILE"
+        )
+    return lines
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
@@ -122,7 +176,14 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
     thresholds = config.thresholds
     notes_file = config.resolve_path(thresholds.notes_file) if thresholds.notes_file else None
     notes = load_notes(notes_file)
-    job = job_report(wh.connect(), args.job_id, thresholds, notes, now=report_now(wh, args.now))
+    job = job_report(
+        wh.connect(),
+        args.job_id,
+        thresholds,
+        notes,
+        now=report_now(wh, args.now),
+        cluster=args.cluster,
+    )
     if args.json:
         json.dump(job, sys.stdout, default=str)
         print()
@@ -133,8 +194,7 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
     root = Path(config.warehouse_dir(args.warehouse))
-    if args.nodes < 1 or args.gpus_per_node < 1 or args.days <= 0:
-        raise UserError("--nodes, --gpus-per-node and --days must be positive")
+    check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
     counts = generate(
         Warehouse(root),
         nodes=args.nodes,

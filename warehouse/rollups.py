@@ -6,6 +6,17 @@ so reports see the same numbers either way. The rollups store sums and counts, n
 days add up exactly, and they are keyed by job (samples carry their job id from ingest), which
 keeps per-job figures exact where a plain time-bucket rollup would blur jobs that start or end
 inside a bucket.
+
+Every rollup keeps the samples' `cluster` (NULL in samples written before samples carried one;
+readers take NULL as the warehouse's only cluster, see `warehouse.analytics.HOME_CLUSTER`), so
+job ids and node names of different clusters never mix.
+
+Energy is kept two ways: the sum of the per-sample counter deltas (`energy_delta_j`, resets
+already handled by the writer) with the day's first delta, so a reader can leave out each GPU's
+first sample of a job (its delta reaches back before the job); and the counter's min/max, the
+fallback for samples written before deltas existed. RDMA keeps, besides the sums of deltas, how
+many samples had an unknown counter (NULL: a saturated 32-bit counter), so a job's traffic with
+a blind spot reads as unknown instead of too small.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ ROLLUPS: dict[str, Rollup] = {
             "job_gpu_usage",
             "gpu_samples",
             f"""
-            SELECT job_id, node, gpu_index, ts::DATE AS day,
+            SELECT cluster, job_id, node, gpu_index, ts::DATE AS day,
                    count(*) AS samples,
                    sum(util) AS util_sum,
                    max(util) AS util_max,
@@ -42,6 +53,9 @@ ROLLUPS: dict[str, Rollup] = {
                    max(mem_total_bytes) AS mem_total_bytes,
                    min(energy_j) AS energy_min_j,
                    max(energy_j) AS energy_max_j,
+                   sum(energy_delta_j) AS energy_delta_sum_j,
+                   count(energy_delta_j) AS energy_delta_samples,
+                   arg_min_null(energy_delta_j, ts) AS first_energy_delta_j,
                    sum(power_w) AS power_sum,
                    min(ts) AS first_ts,
                    max(ts) AS last_ts
@@ -54,7 +68,7 @@ ROLLUPS: dict[str, Rollup] = {
             "gpu_hourly",
             "gpu_samples",
             """
-            SELECT date_trunc('hour', ts) AS hour, node, gpu_index,
+            SELECT date_trunc('hour', ts) AS hour, cluster, node, gpu_index,
                    count(*) AS samples,
                    count(job_id) AS assigned_samples,
                    sum(util) AS util_sum,
@@ -71,22 +85,25 @@ ROLLUPS: dict[str, Rollup] = {
             "job_rdma_usage",
             "rdma_samples",
             """
-            SELECT job_id, node, ts::DATE AS day,
+            SELECT cluster, job_id, node, ts::DATE AS day,
                    count(*) AS samples,
                    sum(tx_delta_bytes)::BIGINT AS tx_bytes,
                    sum(rx_delta_bytes)::BIGINT AS rx_bytes,
+                   -- the raw counters: NULL where the exporter could not know them
+                   count(*) - count(tx_bytes) AS tx_unknown_samples,
+                   count(*) - count(rx_bytes) AS rx_unknown_samples,
                    min(ts) AS first_ts,
                    max(ts) AS last_ts
             FROM src WHERE job_id IS NOT NULL
             GROUP BY ALL
             """,
-            "Per job, node and day: RDMA bytes sent and received.",
+            "Per job, node and day: RDMA bytes sent and received, samples with unknown counters.",
         ),
         Rollup(
             "node_rdma_hourly",
             "rdma_samples",
             """
-            SELECT date_trunc('hour', ts) AS hour, node,
+            SELECT date_trunc('hour', ts) AS hour, cluster, node,
                    sum(tx_delta_bytes)::BIGINT AS tx_bytes,
                    sum(rx_delta_bytes)::BIGINT AS rx_bytes
             FROM src

@@ -42,15 +42,20 @@ TABLES: dict[str, Table] = {
             "nodes",
             _schema(
                 ("node", pa.string()),
-                ("gpus", pa.int16()),
+                ("gpus", pa.int16()),  # 0: the node left the cluster (or has no GPU) from then
                 ("gpu_model", pa.string()),
                 ("gpu_memory_bytes", pa.int64()),
                 ("partition", pa.string()),
                 ("cluster", pa.string()),
+                # This version of the node holds from here until the node's next version; a row
+                # without it (older warehouses) holds from the beginning of time.
+                ("valid_from", UTC_TS),
+                # Who said so: "exporter", "sinfo", "exporter+sinfo", "import" or "synthetic".
+                ("source", pa.string()),
                 ("recorded_at", UTC_TS),
             ),
-            key=("node",),
-            doc="GPU nodes of the cluster.",
+            key=("cluster", "node", "valid_from"),
+            doc="Inventory of GPU nodes with history: one row per node version, for capacity.",
         ),
         Table(
             "jobs",
@@ -107,9 +112,14 @@ TABLES: dict[str, Table] = {
                 ("mem_total_bytes", pa.int64()),
                 ("power_w", pa.float32()),
                 ("energy_j", pa.float64()),
+                # Joules since this GPU's previous sample (counter resets handled), set by the
+                # writer; NULL for a GPU's first sample or when the counter is unknown.
+                ("energy_delta_j", pa.float64()),
                 ("temp_c", pa.float32()),
                 # The job holding this GPU at `ts`, stamped when the sample is written.
                 ("job_id", pa.string()),
+                # The cluster the node belongs to, so every job join is keyed by cluster too.
+                ("cluster", pa.string()),
             ),
             time_column="ts",
             doc="One row per GPU per scrape.",
@@ -130,9 +140,14 @@ TABLES: dict[str, Table] = {
                 ("rx_delta_bytes", pa.int64()),
                 # The job holding most of this node's GPUs at `ts`, stamped when written.
                 ("job_id", pa.string()),
+                ("cluster", pa.string()),
             ),
             time_column="ts",
-            doc="One row per RDMA port per scrape; counters in bytes (IB words already x4).",
+            doc=(
+                "One row per RDMA port per scrape; counters in bytes (IB words already x4); "
+                "NULL counters and deltas where the exporter reported the counter unknown "
+                "(a saturated 32-bit counter)."
+            ),
         ),
         Table(
             "scrapes",

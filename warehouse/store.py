@@ -426,9 +426,12 @@ def _create_rollup_view(
     con: duckdb.DuckDBPyConnection, rollup: Rollup, stored: list[Path], hot: list[Path]
 ) -> None:
     live = rollup.select.replace("FROM src", f"FROM {_source_sql(con, table(rollup.source), hot)}")
+    # Stored files are read by column name: files rolled up before a column was added lack it
+    # and read as NULL there (readers treat such rows as written before the change).
     if stored:
         query = (
-            f"SELECT * FROM read_parquet({_sql_list(stored)}, hive_partitioning = false) "
+            f"SELECT * FROM read_parquet({_sql_list(stored)}, hive_partitioning = false, "
+            "union_by_name = true) "
             f"UNION ALL BY NAME {live}"
         )
     else:

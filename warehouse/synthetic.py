@@ -32,6 +32,7 @@ import pyarrow as pa
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload
+from sing.errors import UserError
 from warehouse.store import Warehouse
 
 SAMPLE_S = 15
@@ -46,6 +47,7 @@ MEAN_UTIL_BY_NODES = {1: 0.60, 2: 0.45, 4: 0.35, 8: 0.25}
 LOAD_SCALE = 1.1  # arrival-rate multiplier: ~75-80% of GPUs assigned, queues of hours
 IDLE_MULTINODE_EVERY_S = 2 * 86_400
 POLICY = "sing"  # the history is scheduled by the project's own SING policy
+MAX_GPUS_PER_NODE = 1024  # gpu_index is a 16-bit column; no real node comes close
 
 
 @dataclass(frozen=True)
@@ -121,15 +123,29 @@ class SyntheticJob:
         return len(self.placement)
 
 
-def draw_jobs(rng: np.random.Generator, seconds: float, gpus: int) -> list[SyntheticJob]:
-    """Jobs submitted over `seconds`, arrival rate scaled to the cluster's size."""
+def draw_jobs(
+    rng: np.random.Generator, seconds: float, gpus: int, gpus_per_node: int = 8
+) -> list[SyntheticJob]:
+    """Jobs submitted over `seconds` to a cluster of `gpus` GPUs, arrival rate scaled to its size;
+    no job asks for more GPUs than the cluster has."""
     scale = gpus / 128  # habits are tuned for a 16 x 8 cluster
     jobs: list[SyntheticJob] = []
     for user, account, habit_name in USERS:
         habit = HABITS[habit_name]
         count = rng.poisson(LOAD_SCALE * habit.jobs_per_day * scale * seconds / 86_400)
         for submit in np.sort(rng.uniform(0, seconds, count)):
-            jobs.append(draw_job(rng, user, account, habit_name, habit, float(submit)))
+            jobs.append(
+                draw_job(
+                    rng,
+                    user,
+                    account,
+                    habit_name,
+                    habit,
+                    float(submit),
+                    max_gpus=gpus,
+                    gpus_per_node=gpus_per_node,
+                )
+            )
     jobs.sort(key=lambda j: j.submit)
     for n, job in enumerate(jobs, start=1):
         job.job_id = str(1000 + n)
@@ -149,9 +165,22 @@ def _make_idle_multinode_jobs(jobs: list[SyntheticJob]) -> None:
 
 
 def draw_job(
-    rng: np.random.Generator, user: str, account: str, habit_name: str, habit: Habit, submit: float
+    rng: np.random.Generator,
+    user: str,
+    account: str,
+    habit_name: str,
+    habit: Habit,
+    submit: float,
+    *,
+    max_gpus: int | None = None,
+    gpus_per_node: int = 8,
 ) -> SyntheticJob:
+    """One job of the habit; a size above `max_gpus` (the cluster's GPUs) is capped to it, so a
+    small cluster gets whole-cluster jobs instead of jobs it could never start. The draws are
+    the same either way: a cluster that fits every size gets the same history as before."""
     num_gpus = int(rng.choice(habit.sizes, p=habit.weights))
+    if max_gpus is not None:
+        num_gpus = min(num_gpus, max_gpus)
     short = rng.random() < habit.short_share
     duration = float(rng.lognormal(np.log(720 if short else 6 * 3600), 0.8))
     time_limit = 4 * 3600.0 if habit.interactive else 48 * 3600.0
@@ -162,9 +191,9 @@ def draw_job(
         state, exit_code = "FAILED", int(rng.choice([1, 2, 137]))
     elif rng.random() < 0.05:
         state = "CANCELLED"
-    nodes = max(1, num_gpus // 8)
     idle = rng.random() < habit.idle_share
-    mean_util = 0.005 if idle else float(rng.beta(4, 4 / MEAN_UTIL_BY_NODES[nodes] - 4))
+    mean = mean_util_by_nodes(-(-num_gpus // gpus_per_node))
+    mean_util = 0.005 if idle else float(rng.beta(4, 4 / mean - 4))
     return SyntheticJob(
         job_id="",
         user=user,
@@ -182,6 +211,12 @@ def draw_job(
         interactive=habit.interactive,
         dependencies=dict(SOFTWARE[int(rng.integers(len(SOFTWARE)))]),
     )
+
+
+def mean_util_by_nodes(nodes: int) -> float:
+    """The calibrated mean utilisation of a job on `nodes` nodes (the largest calibrated node
+    count not above it: 3 nodes get the 2-node figure)."""
+    return MEAN_UTIL_BY_NODES[max(n for n in MEAN_UTIL_BY_NODES if n <= nodes)]
 
 
 def place_jobs(jobs: list[SyntheticJob], nodes: int, gpus_per_node: int, policy: str) -> None:
@@ -221,22 +256,26 @@ def generate(
     end: datetime | None = None,
     cluster: str = "campus",
 ) -> dict[str, int]:
-    """Write `days` of synthetic history ending at `end` into `wh`; returns row counts."""
+    """Write `days` of synthetic history ending at `end` into `wh`; returns row counts.
+
+    The nodes are in the inventory from the history's start (`valid_from`), so capacity is
+    known for every hour of it."""
+    check_size(nodes, gpus_per_node, days)
     end = (end or datetime.now(UTC)).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)
     seconds = (end - start).total_seconds()
     rng = np.random.default_rng(seed)
-    jobs = draw_jobs(rng, seconds, nodes * gpus_per_node)
+    jobs = draw_jobs(rng, seconds, nodes * gpus_per_node, gpus_per_node)
     place_jobs(jobs, nodes, gpus_per_node, POLICY)
     names = node_names(nodes)
     counts = {"jobs": 0, "gpu_samples": 0, "rdma_samples": 0}
-    wh.append("nodes", _nodes_table(names, gpus_per_node, cluster))
+    wh.append("nodes", _nodes_table(names, gpus_per_node, cluster, start))
     jobs_table, job_gpus_table = _job_tables(
         jobs, names, gpus_per_node, start, seconds, seed, cluster
     )
     counts["jobs"] = wh.append("jobs", jobs_table)
     wh.append("job_gpus", job_gpus_table)
-    sampler = _Sampler(jobs, names, gpus_per_node, seed, rng)
+    sampler = _Sampler(jobs, names, gpus_per_node, seed, rng, cluster)
     day_start = 0.0
     while day_start < seconds:
         day_end = min(seconds, day_start + 86_400 - (start.timestamp() + day_start) % 86_400)
@@ -248,7 +287,17 @@ def generate(
     return counts
 
 
-def _nodes_table(names: list[str], gpus_per_node: int, cluster: str) -> pa.Table:
+def check_size(nodes: int, gpus_per_node: int, days: float) -> None:
+    """Refuse sizes the generator cannot honour, with the reason, before anything is written."""
+    if nodes < 1 or gpus_per_node < 1 or not days > 0:
+        raise UserError("--nodes, --gpus-per-node and --days must be positive")
+    if gpus_per_node > MAX_GPUS_PER_NODE:
+        raise UserError(f"--gpus-per-node must be at most {MAX_GPUS_PER_NODE}")
+
+
+def _nodes_table(
+    names: list[str], gpus_per_node: int, cluster: str, valid_from: datetime
+) -> pa.Table:
     return pa.table(
         {
             "node": names,
@@ -257,6 +306,8 @@ def _nodes_table(names: list[str], gpus_per_node: int, cluster: str) -> pa.Table
             "gpu_memory_bytes": [GPU_MEMORY] * len(names),
             "partition": ["gpu"] * len(names),
             "cluster": [cluster] * len(names),
+            "valid_from": pa.array([valid_from] * len(names), pa.timestamp("us", tz="UTC")),
+            "source": ["synthetic"] * len(names),
         }
     )
 
@@ -328,14 +379,17 @@ class _Sampler:
         gpus_per_node: int,
         seed: int,
         rng: np.random.Generator,
+        cluster: str,
     ) -> None:
         self.jobs = [j for j in jobs if j.start >= 0]
         self.names = names
         self.gpn = gpus_per_node
         self.rng = rng
+        self.cluster = cluster
         self.uuids = [gpu_uuid(seed, n, i) for n in names for i in range(gpus_per_node)]
         total = len(names) * gpus_per_node
         self.energy = np.zeros(total)  # running energy counters, joules
+        self.first_window = True  # a GPU's first sample has no energy delta
         self.rdma = np.zeros((len(names), RDMA_PORTS, 2), dtype=np.int64)  # tx, rx, bytes
 
     def window(self, start: datetime, t0: float, t1: float) -> tuple[pa.Table, pa.Table]:
@@ -358,8 +412,12 @@ class _Sampler:
             held, np.clip(util_mean[owner] + noise * (util_mean[owner] > 0.01), 0, 1), 0
         )
         power = power_w(util)
-        energy = self.energy[:, None] + np.cumsum(power.astype(np.float64) * SAMPLE_S, axis=1)
+        step_j = power.astype(np.float64) * SAMPLE_S
+        energy = self.energy[:, None] + np.cumsum(step_j, axis=1)
         self.energy = energy[:, -1].copy()
+        if self.first_window and n_steps:
+            step_j[:, 0] = np.nan  # written as NULL
+            self.first_window = False
         mem_used = np.where(held, mem[owner] * GPU_MEMORY, 0).astype(np.int64)
         job_ids = np.array([j.job_id for j in self.jobs] + [None], dtype=object)
         ts = _timestamps(start, steps)
@@ -375,8 +433,10 @@ class _Sampler:
                 "mem_total_bytes": np.full(n_gpus * n_steps, GPU_MEMORY, dtype=np.int64),
                 "power_w": power.astype(np.float32).ravel(),
                 "energy_j": energy.ravel(),
+                "energy_delta_j": pa.array(step_j.ravel(), from_pandas=True),
                 "temp_c": (30 + 45 * util).astype(np.float32).ravel(),
                 "job_id": job_ids[owner].ravel(),
+                "cluster": pa.repeat(pa.scalar(self.cluster), n_gpus * n_steps),
             }
         )
         return _sort_by_time(gpu), self._rdma(start, steps, owner, util, job_ids)
@@ -418,6 +478,7 @@ class _Sampler:
                 "tx_delta_bytes": delta[..., 0].ravel(),
                 "rx_delta_bytes": delta[..., 1].ravel(),
                 "job_id": np.repeat(job_ids[node_job], RDMA_PORTS, axis=0).ravel(),
+                "cluster": pa.repeat(pa.scalar(self.cluster), rows),
             }
         )
         return _sort_by_time(table)

@@ -4,7 +4,7 @@ import altair as alt
 import streamlit as st
 
 from dashboards import data
-from dashboards.widgets import data_span, hours, visit, window_picker
+from dashboards.widgets import data_span, hours, percent, visit, window_picker
 
 ALL = "all partitions"
 
@@ -26,8 +26,9 @@ if table.is_empty():
 
 cols = st.columns(min(len(table), 6))
 for col, row in zip(cols, table.iter_rows(named=True), strict=False):
+    # weighted_util is None for a group without GPU-hours (jobs that held no GPU time).
     col.metric(
-        f"{row['nodes']} node{'s' if row['nodes'] > 1 else ''}", f"{row['weighted_util']:.0%}"
+        f"{row['nodes']} node{'s' if row['nodes'] > 1 else ''}", percent(row["weighted_util"])
     )
 st.caption(
     "GPU-hour-weighted mean utilization of the jobs in each group (node counts rounded up to a "

@@ -25,34 +25,49 @@ with st.spinner("Loading cluster usage..."):
 usage, by_nodes, grid = overview.usage, overview.by_nodes, overview.grid
 nodes, gpus = overview.nodes, overview.gpus
 
-allocated = usage["allocated_gpu_hours"].fill_null(0).sum()
-capacity = usage["capacity_gpu_hours"].sum()
-used = (usage["util"].fill_null(0) * usage["capacity_gpu_hours"]).sum()
+# Rates only over buckets whose capacity and allocations are both known: an unknown bucket is
+# left out and said, never counted as empty or full.
+known = usage.filter(
+    pl.col("capacity_gpu_hours").is_not_null() & pl.col("allocated_gpu_hours").is_not_null()
+)
+allocated = known["allocated_gpu_hours"].sum()
+capacity = known["capacity_gpu_hours"].sum()
+used = (known["util"].fill_null(0) * known["capacity_gpu_hours"]).sum()
 eight = by_nodes.filter(pl.col("nodes") == 8)["weighted_util"]
 a, b, c, d = st.columns(4)
-a.metric("GPU assignment rate", percent(allocated / capacity if capacity else None))
-b.metric("GPU utilization (all GPUs)", percent(used / capacity if capacity else None))
+a.metric("GPU assignment rate", percent(allocated / capacity) if capacity else "unknown")
+b.metric("GPU utilization (all GPUs)", percent(used / capacity) if capacity else "unknown")
 c.metric("Utilization of assigned GPUs", percent(used / allocated if allocated else None))
 d.metric("8-node jobs' utilization", percent(eight[0] if len(eight) else None))
+unknown = usage.height - known.height
+if unknown:
+    st.warning(
+        f"Capacity or allocations unknown for {unknown} of {usage.height} {bucket}s: no node "
+        "inventory covers them, or the warehouse has no job records. Those are left out of the "
+        "rates above and show as gaps below.",
+        icon=":material/help:",
+    )
+inventory = f"{nodes} nodes, {gpus} GPUs" if gpus else "No node inventory (capacity unknown)"
 st.caption(
-    f"{nodes} nodes, {gpus} GPUs. For comparison, the SING paper (ASPLOS 2025) measured ~96% GPU "
+    f"{inventory}. For comparison, the SING paper (ASPLOS 2025) measured ~96% GPU "
     "assignment with backfill against ~75% under plain FCFS, and ~25% utilization for 8-node "
     "jobs: being assigned is not being used."
 )
 
 st.subheader("GPUs assigned vs used")
-hours = pl.col("capacity_gpu_hours") / gpus  # the bucket's length in hours
+per_hour = 1 / pl.col("bucket_hours")  # GPU-hours of a bucket -> GPUs on average over it
 series = usage.select(
     "bucket",
-    assigned=pl.col("allocated_gpu_hours").fill_null(0) / hours,
-    used=pl.col("util").fill_null(0) * gpus,
+    capacity=pl.col("capacity_gpu_hours") * per_hour,
+    assigned=pl.col("allocated_gpu_hours") * per_hour,
+    used=pl.col("util") * pl.col("capacity_gpu_hours") * per_hour,
 ).unpivot(index="bucket", variable_name="series", value_name="gpus")
 st.altair_chart(
     alt.Chart(series)
     .mark_line(interpolate="step-after")
     .encode(
         x=alt.X("bucket:T", title=None),
-        y=alt.Y("gpus:Q", title="GPUs (mean over the bucket)", scale=alt.Scale(domain=[0, gpus])),
+        y=alt.Y("gpus:Q", title="GPUs (mean over the bucket)"),
         color=alt.Color("series:N", title=None),
         tooltip=["bucket:T", "series:N", alt.Tooltip("gpus:Q", format=".1f")],
     ),
@@ -87,7 +102,7 @@ heat = base.mark_rect().encode(
     tooltip=["node", "gpu_index", alt.Tooltip("util:Q", format=".0%"), "holder", "job"],
 )
 labels = base.mark_text(fontSize=9, color="white").encode(text="holder:N")
-st.altair_chart((heat + labels).properties(height=22 * nodes + 40))
+st.altair_chart((heat + labels).properties(height=22 * max(nodes, 1) + 40))
 idle_util = v.config.thresholds.idle_util
 idle = grid.filter((pl.col("holder") != "") & (pl.col("util").fill_null(0) < idle_util)).height
 st.caption(f"{idle} assigned GPUs are idle (under {idle_util:.0%} utilization) in this interval.")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.access import user_labels
-from dashboards.widgets import data_span, visit, window_picker
+from dashboards.widgets import data_span, percent, visit, window_picker
 
 v = visit()
 span = data_span(v)
@@ -31,7 +31,7 @@ users = users.with_columns(who=pl.Series(user_labels(users["user"].to_list(), v.
 a, b, c = st.columns(3)
 a.metric("Jain's index (GPU-hours per user)", f"{jain:.2f}")
 b.metric("Active users", f"{users.height}")
-c.metric("Top user's share", f"{users['share'].max():.0%}")
+c.metric("Top user's share", percent(users["share"].max()))  # None: no GPU-hours at all
 st.caption("Jain's index is 1 when every active user got the same GPU-hours, 1/n when one got all.")
 
 st.subheader("Share of GPU-hours vs an equal share")

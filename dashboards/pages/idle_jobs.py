@@ -27,7 +27,10 @@ with right:
 
 with st.spinner("Finding idle jobs..."):
     jobs = data.idle_jobs(v.warehouse, since, until, util_below, thresholds, running)
-jobs = jobs.sort([pl.col("num_nodes") > 1, "wasted_gpu_hours"], descending=True)
+# Stable: equal waste keeps the report's order (lowest numeric job id first).
+jobs = jobs.sort(
+    [pl.col("num_nodes") > 1, "wasted_gpu_hours"], descending=True, maintain_order=True
+)
 
 multi = jobs.filter(pl.col("num_nodes") > 1)
 a, b, c = st.columns(3)

@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.widgets import data_span, job_report_section, visit
+from sing.errors import UserError
 
 v = visit()
 span = data_span(v)
@@ -20,10 +21,15 @@ if not job_id:
     st.info("Enter a job id, or open a job from My jobs or Idle jobs.")
     st.stop()
 st.query_params["job"] = job_id
+cluster = st.query_params.get("cluster")  # only needed where job ids repeat across clusters
 
-report = data.job_details(
-    v.warehouse, job_id, v.viewer.owner_filter(), span.last, v.config.thresholds
-)
+try:
+    report = data.job_details(
+        v.warehouse, job_id, v.viewer.owner_filter(), span.last, v.config.thresholds, cluster
+    )
+except UserError as err:  # an id in several clusters: the message names them
+    st.error(f"{err}. Add &cluster=NAME to the address.")
+    st.stop()
 if report is None or not v.viewer.may_see_job(report["user"]):
     st.error(f"No job {job_id} that you may see.")
     st.stop()
@@ -33,7 +39,12 @@ job_report_section(report)
 end = report["end_time"] or span.last
 with st.spinner("Loading time series..."):
     gpus, rdma = data.job_series(
-        v.warehouse, job_id, tuple(report["nodes"] or ()), report["start_time"], end
+        v.warehouse,
+        job_id,
+        report["cluster"],
+        tuple(report["nodes"] or ()),
+        report["start_time"],
+        end,
     )
 
 
