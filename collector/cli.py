@@ -7,7 +7,9 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from collector import inventory
 from collector.jobsync import load_job_sync
+from collector.plugins import load_source
 from collector.pull import PrometheusPull
 from collector.service import Collector, run_forever
 from collector.settings import CollectorSettings
@@ -72,6 +74,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
         warehouse,
         targets=(lambda: []) if settings.prometheus_url else target_source(settings, config),
         job_sync=load_job_sync(settings.job_sync, config),
+        node_source=load_source(
+            settings.node_inventory, config, inventory.DEFAULT, "node_inventory"
+        ),
     )
     if settings.prometheus_url:
         round_job = PrometheusPull(collector, settings.prometheus_url).pull_round

@@ -4,17 +4,20 @@ Three exporters are understood, so a site that already runs one needs no new age
 - sing's own (`sing exporter`, docs/exporter.md), already SI;
 - NVIDIA dcgm-exporter (percent, MiB, millijoules; the job in an `hpc_job` label);
 - node_exporter's InfiniBand collector (bytes already, `device`/`port` labels).
-A node's samples become one `NodeReading`: per GPU index its columns and job, per RDMA port its
-counters. Everything else in a payload is ignored.
+A node's samples become one `NodeReading`: per GPU index its columns, job and model, per RDMA port
+its counters (None where the exporter says a counter is unknown). Everything else in a payload is
+ignored.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.jobids import lowest_job
 from collector.promtext import ParseError, Sample
 
 MIB = 1024 * 1024
@@ -52,8 +55,20 @@ RDMA_METRICS: dict[str, str] = {
 
 # An info series `{gpu, uuid, job_id, user} 1`: the job holding the GPU (docs/exporter.md).
 JOB_INFO = "sing_gpu_job_info"
+# An info series `{gpu, uuid, name, ...} 1`: the GPU's model, for the node inventory.
+GPU_INFO = "sing_gpu_info"
+# `{device, port, counter} 1`: the exporter does not know this counter (a 32-bit InfiniBand
+# counter stuck at its maximum), so it exports this instead of the counter's series.
+RDMA_SATURATED = "sing_rdma_counter_saturated"
+# The `counter` label of RDMA_SATURATED (the sysfs file name) -> rdma_samples column.
+SATURATED_COUNTERS: dict[str, str] = {
+    "port_xmit_data": "tx_bytes",
+    "port_rcv_data": "rx_bytes",
+    "port_xmit_packets": "tx_packets",
+    "port_rcv_packets": "rx_packets",
+}
 
-WANTED = frozenset(GPU_METRICS) | frozenset(RDMA_METRICS) | {JOB_INFO}
+WANTED = frozenset(GPU_METRICS) | frozenset(RDMA_METRICS) | {JOB_INFO, GPU_INFO, RDMA_SATURATED}
 
 INTEGER_COLUMNS = {"mem_used_bytes", "mem_total_bytes"}
 
@@ -64,7 +79,8 @@ class NodeReading:
 
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
     jobs: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
-    ports: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    models: dict[int, str] = field(default_factory=dict)  # GPU index -> model name
+    ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
 
     def merge(self, other: NodeReading) -> None:
         """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter)."""
@@ -72,14 +88,37 @@ class NodeReading:
             self.gpus.setdefault(index, {}).update(values)
         for index, job in other.jobs.items():
             self.jobs.setdefault(index, job)
+        for index, model in other.models.items():
+            self.models.setdefault(index, model)
         for key, counters in other.ports.items():
             self.ports.setdefault(key, {}).update(counters)
+
+    def hardware(self) -> Hardware | None:
+        """What the payload says about the node's GPUs; None when it has no GPU series at all
+        (a node_exporter payload says nothing about GPUs, not that there are none)."""
+        indices = self.gpus.keys() | self.models.keys()
+        if not indices:
+            return None
+        models = Counter(self.models.values())
+        model = min(models, key=lambda m: (-models[m], m)) if models else None
+        memory = [g["mem_total_bytes"] for g in self.gpus.values() if "mem_total_bytes" in g]
+        return Hardware(len(indices), model, max(memory) if memory else None)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A node's GPUs as its exporter reports them: count, most common model, largest memory."""
+
+    gpus: int
+    model: str | None
+    memory_bytes: int | None
 
 
 def read_node(samples: Iterable[Sample]) -> NodeReading:
     """Fold one node's samples into a NodeReading; a wanted metric without its key labels
     raises ParseError (the payload is not what its metric names promise)."""
     reading = NodeReading()
+    unknown: list[tuple[tuple[str, int], str]] = []
     for s in samples:
         if s.name in GPU_METRICS:
             _add_gpu_value(reading, s)
@@ -87,11 +126,19 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
             key = (_label(s, "device"), _int_label(s, "port"))
             if math.isfinite(s.value):
                 reading.ports.setdefault(key, {})[RDMA_METRICS[s.name]] = int(s.value)
+        elif s.name == RDMA_SATURATED and s.value == 1:
+            column = SATURATED_COUNTERS.get(_label(s, "counter"))
+            if column:
+                unknown.append(((_label(s, "device"), _int_label(s, "port")), column))
         elif s.name == JOB_INFO and s.value == 1 and s.labels.get("job_id"):
             index = _int_label(s, "gpu")
-            # A GPU shared by several jobs is stamped with the lowest id, deterministically.
+            # A GPU shared by several jobs is stamped with the lowest id, compared as numbers.
             job = s.labels["job_id"]
-            reading.jobs[index] = min(job, reading.jobs.get(index, job))
+            reading.jobs[index] = lowest_job({job, reading.jobs.get(index, job)})
+        elif s.name == GPU_INFO and s.labels.get("name"):
+            reading.models[_int_label(s, "gpu")] = s.labels["name"]
+    for key, column in unknown:  # unknown wins over any value of the same counter
+        reading.ports.setdefault(key, {})[column] = None
     for row in reading.gpus.values():
         _finish_memory(row)
     return reading
@@ -107,6 +154,8 @@ def _add_gpu_value(reading: NodeReading, s: Sample) -> None:
         row["gpu_uuid"] = uuid
     if s.labels.get("hpc_job"):
         reading.jobs.setdefault(index, s.labels["hpc_job"])
+    if s.labels.get("modelName"):  # dcgm-exporter
+        reading.models.setdefault(index, s.labels["modelName"])
     column, factor = GPU_METRICS[s.name]
     if not math.isfinite(s.value):
         return

@@ -1,44 +1,66 @@
-"""One round's warehouse rows: GPU samples stamped with their job, RDMA samples with deltas,
-and one `scrapes` row per target.
+"""One round's warehouse rows: GPU samples stamped with their job and energy delta, RDMA samples
+with deltas, node inventory versions, and one `scrapes` row per target.
 
 Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
 join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
 node's own attribution (`sing_gpu_job_info`, or dcgm-exporter's `hpc_job` label); failing that,
-from the allocations the last job sync found running. A node's RDMA traffic belongs to the job
-holding most of its GPUs (ties: the lowest job id).
+from the allocations the last job sync found running, keyed by (cluster, node, GPU). A node's
+RDMA traffic belongs to the job holding most of its GPUs (ties: the lowest job id, compared as
+numbers). Every sample row carries its node's cluster.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
-from collector.convert import NodeReading
+from collector.convert import Hardware, NodeReading
 from collector.counters import CounterDeltas
+from collector.inventory import Inventory, NodeKey
+from collector.jobids import job_order
+from executors.records import NodeRecord
 from warehouse.schema import TABLES
 
-# (node, gpu index) -> job id, for GPUs whose exporter does not say who holds them.
-Allocations = dict[tuple[str, int], str]
+# (cluster, node, gpu index) -> job id, for GPUs whose exporter does not say who holds them.
+Allocations = dict[tuple[str, str, int], str]
 
 
 class RoundRows:
-    """Accumulates rows of one round (scrape or pull step); `tables()` gives one batch each."""
+    """Accumulates rows of one round (scrape or pull steps); `tables()` gives one batch each."""
 
-    def __init__(self, deltas: CounterDeltas, allocations: Allocations | None = None) -> None:
+    def __init__(
+        self,
+        deltas: CounterDeltas,
+        allocations: Allocations | None = None,
+        inventory: Inventory | None = None,
+    ) -> None:
         self._deltas = deltas
         self._allocations = allocations or {}
-        self._rows: dict[str, list[dict]] = {"gpu_samples": [], "rdma_samples": [], "scrapes": []}
+        self._inventory = inventory or Inventory()
+        self._hardware: dict[NodeKey, Hardware] = {}
+        # Written in this order: `scrapes` last, so a stored scrapes row means its round is.
+        self._rows: dict[str, list[dict[str, Any]]] = {
+            "gpu_samples": [],
+            "rdma_samples": [],
+            "nodes": [],
+            "scrapes": [],
+        }
 
-    def add_node(self, ts: datetime, node: str, reading: NodeReading) -> None:
+    def add_node(self, ts: datetime, cluster: str, node: str, reading: NodeReading) -> None:
         jobs: dict[int, str] = {}
         for index, values in sorted(reading.gpus.items()):
-            job = reading.jobs.get(index) or self._allocations.get((node, index))
+            job = reading.jobs.get(index) or self._allocations.get((cluster, node, index))
             if job:
                 jobs[index] = job
+            gpu = values.get("gpu_uuid") or index
+            energy = self._deltas.delta((cluster, node, gpu, "energy"), values.get("energy_j"))
             self._rows["gpu_samples"].append(
-                {"ts": ts, "node": node, "gpu_index": index, "job_id": job, **values}
+                {"ts": ts, "cluster": cluster, "node": node, "gpu_index": index, "job_id": job}
+                | values
+                | {"energy_delta_j": energy}
             )
         node_job = _majority_job(jobs)
         for (device, port), counters in sorted(reading.ports.items()):
@@ -46,15 +68,25 @@ class RoundRows:
             self._rows["rdma_samples"].append(
                 {
                     "ts": ts,
+                    "cluster": cluster,
                     "node": node,
                     "device": device,
                     "port": port,
                     **counters,
-                    "tx_delta_bytes": self._deltas.delta((node, device, port, "tx"), tx),
-                    "rx_delta_bytes": self._deltas.delta((node, device, port, "rx"), rx),
+                    "tx_delta_bytes": self._deltas.delta((cluster, node, device, port, "tx"), tx),
+                    "rx_delta_bytes": self._deltas.delta((cluster, node, device, port, "rx"), rx),
                     "job_id": node_job,
                 }
             )
+        hardware = reading.hardware()
+        if hardware is not None:
+            self._hardware[(cluster, node)] = hardware
+
+    def add_inventory(self, ts: datetime, listed: dict[NodeKey, NodeRecord] | None) -> None:
+        """Close a step: node versions from the hardware its nodes reported and the executor's
+        node list (None: no executor inventory)."""
+        self._rows["nodes"] += self._inventory.versions(ts, self._hardware, listed)
+        self._hardware = {}
 
     def add_scrape(
         self,
@@ -90,4 +122,4 @@ def _majority_job(jobs: dict[int, str]) -> str | None:
     if not jobs:
         return None
     counts = Counter(jobs.values())
-    return min(counts, key=lambda job: (-counts[job], job))
+    return min(counts, key=lambda job: (-counts[job], job_order(job)))

@@ -1,10 +1,11 @@
 """The collector: rounds of scraping (or pulling), job sync and maintenance on one schedule.
 
 Each round reads every target concurrently, turns the readings into rows (jobs stamped, RDMA
-deltas computed) and hands one batch per table to the buffered writer, so the warehouse sees
-three appends per round whatever the number of nodes. Each warehouse append is atomic, so a
-collector killed at any moment loses at most the round in flight; on restart it takes the RDMA
-counters' last values from the warehouse and carries on.
+and energy deltas computed, node versions where the inventory changed) and hands one batch per
+table to the buffered writer, so the warehouse sees at most four appends per round whatever the
+number of nodes. Each warehouse append is atomic, so a collector killed at any moment loses at
+most the round in flight; on restart it takes the counters' last values and the nodes' last
+versions from the warehouse and carries on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 
 from collector.convert import NodeReading
 from collector.counters import CounterDeltas
+from collector.inventory import NodeKey, load_inventory
 from collector.jobsync import JobSync, running_allocations
 from collector.rows import Allocations, RoundRows
 from collector.scrape import scrape
@@ -28,13 +30,16 @@ from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
 from collector.targets import Target
 from collector.writer import BufferedWriter
+from executors.records import NodeRecord
 from sing.config import Config
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
 
-# On restart, RDMA counters stored this recently are the baseline of the next deltas.
+# On restart, counters stored this recently are the baseline of the next deltas.
 SEED_WINDOW = timedelta(hours=1)
+# The executor's node list: (config) -> [NodeRecord].
+NodeSource = Callable[[Config], list[NodeRecord]]
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Collector:
         warehouse: Warehouse,
         targets: Callable[[], list[Target]],
         job_sync: JobSync | None = None,
+        node_source: NodeSource | None = None,
         metrics: SelfMetrics | None = None,
     ) -> None:
         self.config = config
@@ -60,14 +66,19 @@ class Collector:
         self.warehouse = warehouse
         self.targets = targets
         self.job_sync = job_sync
+        self.node_source = node_source
+        self.cluster = config.site.cluster
         self.metrics = metrics or SelfMetrics()
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
-        self.deltas = seeded_deltas(warehouse)
+        self.deltas = seeded_deltas(warehouse, self.cluster)
+        self.inventory = load_inventory(warehouse, self.cluster)
         self.allocations: Allocations = {}
+        # The executor's last node list; None until one was read (or without a node source).
+        self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
 
     def new_rows(self) -> RoundRows:
-        return RoundRows(self.deltas, self.allocations)
+        return RoundRows(self.deltas, self.allocations, self.inventory)
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round."""
@@ -79,32 +90,36 @@ class Collector:
             self._pool.map(lambda t: scrape(t, s.scrape_timeout_s, s.max_payload_bytes), targets)
         )
         rows = self.new_rows()
-        readings: dict[str, NodeReading] = {}
+        readings: dict[NodeKey, NodeReading] = {}
         for result in scrapes:
             t = result.target
             rows.add_scrape(ts, t.url, t.node, result.duration_s, result.samples, result.error)
             self.metrics.scrape_seconds.observe(result.duration_s)
+            key = (t.cluster or self.cluster, t.node)
             if result.reading is None:
                 self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
                 log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
-            elif t.node in readings:
-                readings[t.node].merge(result.reading)
+            elif key in readings:
+                readings[key].merge(result.reading)
             else:
-                readings[t.node] = result.reading
-        for node, reading in readings.items():
-            rows.add_node(ts, node, reading)
+                readings[key] = result.reading
+        for (cluster, node), reading in readings.items():
+            rows.add_node(ts, cluster, node, reading)
+        rows.add_inventory(ts, self.listed)
         up = sum(result.error is None for result in scrapes)
-        return self.finish_round(rows, len(targets), up, started)
-
-    def finish_round(self, rows: RoundRows, targets: int, up: int, started: float) -> RoundSummary:
         batches = rows.tables()
         self.writer.write(batches)
+        written = sum(b.num_rows for b in batches.values())
+        return self.finish_round(written, len(targets), up, started)
+
+    def finish_round(self, rows: int, targets: int, up: int, started: float) -> RoundSummary:
+        """Count and log a round whose rows were handed to the writer."""
         seconds = time.monotonic() - started
         self.metrics.rounds.inc()
         self.metrics.round_seconds.observe(seconds)
         self.metrics.targets.set(targets)
         self.metrics.last_round.set(time.time())
-        summary = RoundSummary(targets, up, sum(b.num_rows for b in batches.values()), seconds)
+        summary = RoundSummary(targets, up, rows, seconds)
         log.debug("round: %s", summary)
         if seconds > self.settings.interval_s:
             interval = self.settings.interval_s
@@ -112,7 +127,9 @@ class Collector:
         return summary
 
     def sync_jobs(self) -> None:
-        """Pull job records through the executor adapter, then refresh running allocations."""
+        """Pull job records through the executor adapter, then refresh running allocations
+        and the executor's node list (a failed listing keeps the previous one: a broken sinfo
+        must not read as every node gone)."""
         if self.job_sync is not None:
             try:
                 self.job_sync(self.config, self.warehouse)
@@ -121,7 +138,14 @@ class Collector:
                 self.metrics.job_syncs.labels("error").inc()
                 log.exception("job sync failed; retrying at the next sync")
         # Replaced whole, never mutated: a round running meanwhile keeps a consistent map.
-        self.allocations = running_allocations(self.warehouse, self.config.site.cluster)
+        self.allocations = running_allocations(self.warehouse)
+        if self.node_source is not None:
+            try:
+                nodes = self.node_source(self.config)
+            except Exception:
+                log.exception("node inventory from the executor failed; keeping the last one")
+            else:
+                self.listed = {(self.cluster, n.node): n for n in nodes}
 
     def maintain(self) -> None:
         """Compact the warehouse, and age out raw samples when retention is set."""
@@ -139,24 +163,40 @@ class Collector:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def seeded_deltas(warehouse: Warehouse) -> CounterDeltas:
-    """Counter state from the newest stored RDMA samples, so a restart loses no delta."""
+def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
+    """Counter state from the newest stored samples (RDMA bytes, GPU energy), so a restart
+    loses no delta. A counter whose newest stored value is unknown (NULL) gets no seed, as it
+    would have none had the collector kept running. Rows from before samples carried a
+    cluster belong to the site's."""
+    since = datetime.now(UTC) - SEED_WINDOW
     deltas = CounterDeltas()
     con = warehouse.connect()
     try:
-        rows = con.execute(
+        ports = con.execute(
             """
-            SELECT node, device, port, arg_max(tx_bytes, ts), arg_max(rx_bytes, ts)
+            SELECT coalesce(cluster, ?) AS c, node, device, port,
+                   arg_max_null(tx_bytes, ts), arg_max_null(rx_bytes, ts)
             FROM rdma_samples WHERE ts > ? GROUP BY ALL
             """,
-            [datetime.now(UTC) - SEED_WINDOW],
+            [default_cluster, since],
+        ).fetchall()
+        gpus = con.execute(
+            """
+            SELECT coalesce(cluster, ?) AS c, node, coalesce(gpu_uuid, gpu_index::VARCHAR),
+                   any_value(gpu_uuid IS NULL), arg_max_null(energy_j, ts)
+            FROM gpu_samples WHERE ts > ? GROUP BY ALL
+            """,
+            [default_cluster, since],
         ).fetchall()
     finally:
         con.close()
-    for node, device, port, tx, rx in rows:
+    for cluster, node, device, port, tx, rx in ports:
         for direction, value in (("tx", tx), ("rx", rx)):
             if value is not None:
-                deltas.seed((node, device, port, direction), value)
+                deltas.seed((cluster, node, device, port, direction), value)
+    for cluster, node, gpu, by_index, energy in gpus:
+        if energy is not None:
+            deltas.seed((cluster, node, int(gpu) if by_index else gpu, "energy"), energy)
     return deltas
 
 

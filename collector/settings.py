@@ -32,6 +32,10 @@ class CollectorSettings:
     # The default syncs the [executor] of the config (off when the config has none).
     job_sync: str = "collector.jobsync:executor_sync"
     job_sync_interval_s: float = 60.0
+    # Node list for the `nodes` inventory, read at each job sync: "module:function" called as
+    # function(config) -> [executors.records.NodeRecord]; "" turns it off (exporters only).
+    # The default lists the [executor]'s nodes (`sinfo` on Slurm; off without [executor]).
+    node_inventory: str = "collector.inventory:executor_inventory"
     # Compaction (and retention, when raw_retention_days > 0) runs this often.
     maintenance_interval_s: float = 300.0
     raw_retention_days: int = 0

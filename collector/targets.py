@@ -2,9 +2,10 @@
 
 Each target is a URL and the node name its rows are stored under. file_sd is what sites already
 keep for Prometheus (a JSON or YAML list of `{targets: [host:port], labels: {...}}`); the
-node name is the `node` label, else the host part, and the Prometheus labels `__scheme__` and
-`__metrics_path__` are honoured. The file is re-read whenever it changes; a broken edit is
-logged and the previous targets are kept, so a typo never stops collection.
+node name is the `node` label, else the host part, the cluster the `cluster` label, else the
+site's, and the Prometheus labels `__scheme__` and `__metrics_path__` are honoured. The file is
+re-read whenever it changes; a broken edit is logged and the previous targets are kept, so a
+typo never stops collection.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 class Target:
     url: str
     node: str
+    cluster: str = ""  # "" = the site's cluster ([site] cluster)
 
 
 def target_from(address: str, labels: dict[str, Any] | None = None) -> Target:
@@ -40,7 +42,7 @@ def target_from(address: str, labels: dict[str, Any] | None = None) -> Target:
         url = f"{scheme}://{address}{path}"
         host = address
     node = str(labels.get("node") or host.rsplit(":", 1)[0].strip("[]"))
-    return Target(url, node)
+    return Target(url, node, str(labels.get("cluster") or ""))
 
 
 class FileSD:

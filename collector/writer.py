@@ -1,10 +1,14 @@
 """Write each round's batches, riding out a warehouse that cannot be written for a while.
 
-When an append fails with an OS error (disk full, permission, a lost mount), the batch stays in
-a bounded in-memory buffer and the next round retries, merged with the new batch, so a table
-still gets one append per round. When the buffer would exceed its bound the oldest batches are
-dropped, counted in `sing_collector_rows_dropped_total` and logged: a long outage loses the
-oldest data, never the newest, and memory stays bounded.
+Scrape rounds (`write`): when an append fails with an OS error (disk full, permission, a lost
+mount), the batch stays in a bounded in-memory buffer and the next round retries, merged with
+the new batch, so a table still gets one append per round. When the buffer would exceed its
+bound the oldest sample batches are dropped, counted in `sing_collector_rows_dropped_total` and
+logged: a long outage loses the oldest data, never the newest, and memory stays bounded. Node
+inventory versions are never dropped (a handful of rows, each needed until the node changes).
+
+Pull rounds (`write_each`) need no buffer: Prometheus keeps the data, so a table that could not
+be written is simply read again next round (collector/pull.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pyarrow as pa
 
 from collector.selfmetrics import SelfMetrics
 from sing.errors import UserError
+from warehouse.schema import TABLES
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -43,43 +48,61 @@ class BufferedWriter:
             self._flush()
             self.metrics.rows_buffered.set(self.buffered_rows)
 
+    def write_each(self, batches: dict[str, pa.Table]) -> set[str]:
+        """Write each batch now, nothing buffered; returns the tables that could not be written
+        (an OS error) so that the caller reads them again."""
+        with self._lock:
+            failed = {name for name, batch in batches.items() if not self._append(name, batch)}
+            self._failing = bool(failed)
+            return failed
+
     def _flush(self) -> None:
         for name in dict.fromkeys(name for name, _ in self._pending):
             parts = [t for n, t in self._pending if n == name]
             batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-            try:
-                written = self.warehouse.append(name, batch)
-            except OSError as err:
-                self.metrics.write_errors.labels(name).inc()
-                log.error(
-                    "WAREHOUSE NOT WRITABLE (%s): %s; holding %d rows in memory (limit %d)",
-                    name,
-                    err,
-                    self.buffered_rows,
-                    self.max_rows,
-                )
-                self._failing = True
-                continue
-            except UserError as err:  # rows the schema refuses: retrying cannot help
-                self.metrics.rows_dropped.labels(name).inc(batch.num_rows)
-                log.error("dropped %d %s rows the warehouse refused: %s", batch.num_rows, name, err)
-                written = 0
-            self._pending = deque((n, t) for n, t in self._pending if n != name)
-            self.metrics.rows_written.labels(name).inc(written)
-            if self._failing:
-                log.warning("warehouse writable again: wrote %d %s rows", written, name)
-        if not self._pending:
-            self._failing = False
+            if self._append(name, batch):
+                self._pending = deque((n, t) for n, t in self._pending if n != name)
+        self._failing = bool(self._pending)
+
+    def _append(self, name: str, batch: pa.Table) -> bool:
+        """Append one batch; False when the warehouse could not take it (retrying may help)."""
+        try:
+            written = self.warehouse.append(name, batch)
+        except OSError as err:
+            self.metrics.write_errors.labels(name).inc()
+            log.error(
+                "WAREHOUSE NOT WRITABLE (%s): %s; holding %d rows in memory (limit %d)",
+                name,
+                err,
+                self.buffered_rows or batch.num_rows,
+                self.max_rows,
+            )
+            return False
+        except UserError as err:  # rows the schema refuses: retrying cannot help
+            self.metrics.rows_dropped.labels(name).inc(batch.num_rows)
+            log.error("dropped %d %s rows the warehouse refused: %s", batch.num_rows, name, err)
+            written = 0
+        self.metrics.rows_written.labels(name).inc(written)
+        if self._failing:  # the previous write failed
+            log.warning("warehouse writable again: wrote %d %s rows", written, name)
+        return True
 
     def _drop_overflow(self) -> None:
         total = self.buffered_rows
-        while total > self.max_rows and len(self._pending) > 1:
-            name, dropped = self._pending.popleft()
-            total -= dropped.num_rows
-            self.metrics.rows_dropped.labels(name).inc(dropped.num_rows)
+        droppable = [i for i, (name, _) in enumerate(self._pending) if TABLES[name].is_samples]
+        dropped: set[int] = set()
+        for i in droppable[:-1]:  # the newest sample batch always stays
+            if total <= self.max_rows:
+                break
+            name, batch = self._pending[i]
+            total -= batch.num_rows
+            dropped.add(i)
+            self.metrics.rows_dropped.labels(name).inc(batch.num_rows)
             log.error(
                 "buffer full (%d rows): dropped the oldest %d %s rows",
                 self.max_rows,
-                dropped.num_rows,
+                batch.num_rows,
                 name,
             )
+        if dropped:
+            self._pending = deque(p for i, p in enumerate(self._pending) if i not in dropped)

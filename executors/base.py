@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Protocol
 
 from executors.profile import JobProfile
-from executors.records import JobRecord
+from executors.records import JobRecord, NodeRecord
 from executors.settings import ExecutorSettings
 from sing.config import Config
 from sing.errors import UserError
@@ -25,6 +25,9 @@ class Executor(Protocol):
 
     def finished(self, since: datetime) -> list[JobRecord]:
         """Jobs that ended at or after `since` (UTC)."""
+
+    def inventory(self) -> list[NodeRecord]:
+        """The nodes jobs can run on now, with their GPU count and partition."""
 
 
 def executor_settings(config: Config) -> ExecutorSettings:

@@ -20,7 +20,7 @@ SELECT job_id, "user", partition, name, state, exit_code, num_gpus,
        CAST(round(date_diff('second', start_time, coalesce(end_time, now()))) AS BIGINT) AS run_s
 FROM jobs
 WHERE cluster = ? AND (? = 'all' OR state = ?)
-ORDER BY submit_time DESC NULLS LAST, job_id DESC
+ORDER BY submit_time DESC NULLS LAST, try_cast(job_id AS BIGINT) DESC NULLS LAST, job_id DESC
 LIMIT ?
 """
 

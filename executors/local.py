@@ -38,6 +38,7 @@ from executors.records import (
     RUNNING,
     TIMEOUT,
     JobRecord,
+    NodeRecord,
     exit_code_from,
 )
 from executors.script import render_script
@@ -47,6 +48,7 @@ from sing.errors import UserError
 
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
+LOCAL_PARTITION = "local"  # the partition of jobs whose profile names none
 
 
 def detect_gpus() -> list[int]:
@@ -116,6 +118,10 @@ class LocalExecutor:
     def finished(self, since: datetime) -> list[JobRecord]:
         return [r for r in self.records() if r.finished and r.end_time and r.end_time >= since]
 
+    def inventory(self) -> list[NodeRecord]:
+        """This machine, with the GPUs the executor hands out, in the partition jobs get."""
+        return [NodeRecord(self.node, len(self.gpus), partition=LOCAL_PARTITION)]
+
     # ---- queue and supervision -----------------------------------------------------------
 
     def enqueue(self, profile: JobProfile) -> str:
@@ -136,7 +142,7 @@ class LocalExecutor:
                 state=PENDING,
                 user=getpass.getuser(),
                 name=profile.name,
-                partition=profile.partition or "local",
+                partition=profile.partition or LOCAL_PARTITION,
                 submit_time=datetime.now(UTC),
                 nodes=(self.node,),
                 num_gpus=profile.gpus_per_node,

@@ -77,6 +77,16 @@ class JobRecord:
         return cls(**values)
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeRecord:
+    """A node as the executor knows it, for the collector's node inventory (`nodes`)."""
+
+    node: str
+    gpus: int
+    gpu_model: str | None = None  # the scheduler's GPU type, e.g. "a100" from gpu:a100:8
+    partition: str | None = None  # several partitions are listed comma-separated, sorted
+
+
 def exit_code_from(code: int, signal: int) -> int:
     """One number for 'exited with code' and 'killed by signal' (128 + signal)."""
     return 128 + signal if signal else code

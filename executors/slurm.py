@@ -13,10 +13,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from executors.profile import JobProfile
-from executors.records import JobRecord
+from executors.records import JobRecord, NodeRecord
 from executors.script import render_script
 from executors.settings import ExecutorSettings
-from executors.slurm_parse import COMMENT_PREFIX, SACCT_TEXT_FIELDS, parse_sacct, parse_squeue
+from executors.slurm_parse import (
+    COMMENT_PREFIX,
+    SACCT_TEXT_FIELDS,
+    SINFO_FORMAT,
+    parse_sacct,
+    parse_sinfo,
+    parse_squeue,
+)
 from sing.errors import UserError
 
 # Runs a command (argv, stdin text) and returns its stdout; raises UserError on failure.
@@ -70,6 +77,10 @@ class SlurmExecutor:
         return [
             r for r in parse_sacct(dump, text, self.cluster) if r.end_time and r.end_time >= since
         ]
+
+    def inventory(self) -> list[NodeRecord]:
+        argv = ["sinfo", "--all", "--Node", "--noheader", f"--format={SINFO_FORMAT}"]
+        return parse_sinfo(self._run(argv, None))
 
 
 def sbatch_headers(profile: JobProfile) -> list[str]:

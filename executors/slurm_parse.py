@@ -18,7 +18,7 @@ from typing import Any
 
 import hostlist
 
-from executors.records import JobRecord, exit_code_from, utc
+from executors.records import JobRecord, NodeRecord, exit_code_from, utc
 from sing.errors import UserError
 
 # The prefix of the job comment in which `sing submit` stores what Slurm has no field for.
@@ -29,6 +29,10 @@ HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
 GRES_IDX_RE = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
 # The columns read from `sacct -P`, in order.
 SACCT_TEXT_FIELDS = ("JobIDRaw", "User", "ExitCode")
+# `sinfo --Node` columns: node, partition (%R: without the default's "*"), generic resources.
+SINFO_FORMAT = "%N|%R|%G"
+# One GPU entry of a node's Gres: "gpu:a100:8", "gpu:8", "gpu:a100:8(S:0-1)".
+GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::([^:(,]+))?:(\d+)")
 
 
 class _Job:
@@ -273,6 +277,38 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
                 time_limit_s=limit_min * 60 if limit_min is not None else None,
                 interactive=interactive,
                 dependencies=dependencies,
+            )
+        )
+    return records
+
+
+def parse_sinfo(text: str) -> list[NodeRecord]:
+    """`sinfo --Node -o '%N|%R|%G'` -> one record per node, its partitions joined.
+
+    A node lists one line per partition; its GPUs are the sum of its `gpu` Gres entries, the
+    model the GPU type when there is one type (`gpu:a100:8` -> "a100").
+    """
+    partitions: dict[str, set[str]] = {}
+    gres: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.strip().split("|")
+        if len(fields) != 3 or not fields[0]:
+            raise UserError(f"sinfo line {number}: expected NODE|PARTITION|GRES, got {line!r}")
+        node, partition, node_gres = fields
+        partitions.setdefault(node, set()).add(partition)
+        gres[node] = node_gres
+    records = []
+    for node in sorted(partitions):
+        entries = GRES_GPU_RE.findall(gres[node])
+        types = {kind for kind, _ in entries if kind}
+        records.append(
+            NodeRecord(
+                node=node,
+                gpus=sum(int(count) for _, count in entries),
+                gpu_model=types.pop() if len(types) == 1 else None,
+                partition=",".join(sorted(partitions[node])),
             )
         )
     return records

@@ -1,6 +1,6 @@
 """Job sync on the collector's schedule: the pluggable source, idempotent upserts, and stamping
 samples from synced allocations when the exporter (here dcgm-exporter without `hpc_job`) does
-not say which job holds a GPU."""
+not say which job holds a GPU: keyed by (cluster, node, GPU), lowest numeric id first."""
 
 from __future__ import annotations
 
@@ -26,28 +26,24 @@ START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 
 
 def fake_executor_sync(config: Config, warehouse: Warehouse) -> None:
-    """A job source as a site might plug in: job 5 holds GPUs 0 and 1 of node n1."""
+    """A job source as a site might plug in, for two clusters that both have a node n1: job 5
+    holds GPUs 0 and 1 of the site's n1, jobs 9 and 10 share its GPU 3; job 7 holds GPU 2 of
+    cluster "other"'s n1."""
     end = JOB_STATE["end_time"]
-    warehouse.append(
-        "jobs",
-        pa.Table.from_pylist(
-            [
-                {
-                    "job_id": "5",
-                    "cluster": config.site.cluster,
-                    "user": "ann",
-                    "state": JOB_STATE["state"],
-                    "start_time": START,
-                    "end_time": end,
-                    "num_gpus": 2,
-                }
-            ]
-        ),
-    )
+    site = config.site.cluster
+    allocations = [(site, "5", (0, 1), end), (site, "10", (3,), None), (site, "9", (3,), None)]
+    allocations.append(("other", "7", (2,), None))
+    jobs = [
+        {"job_id": job, "cluster": cluster, "user": "ann", "start_time": START, "end_time": ends}
+        | {"state": JOB_STATE["state"] if job == "5" else "RUNNING", "num_gpus": len(gpus)}
+        for cluster, job, gpus, ends in allocations
+    ]
+    warehouse.append("jobs", pa.Table.from_pylist(jobs))
     rows = [
-        {"job_id": "5", "cluster": config.site.cluster, "node": "n1", "gpu_index": i}
-        | {"start_time": START, "end_time": end}
-        for i in (0, 1)
+        {"job_id": job, "cluster": cluster, "node": "n1", "gpu_index": i}
+        | {"start_time": START, "end_time": ends}
+        for cluster, job, gpus, ends in allocations
+        for i in gpus
     ]
     warehouse.append("job_gpus", pa.Table.from_pylist(rows))
 
@@ -80,9 +76,10 @@ def dcgm_target() -> Iterator[str]:
     server.shutdown()
 
 
-def jobs_of_gpus(wh: Warehouse, ts: datetime) -> dict[int, str | None]:
+def jobs_of_gpus(wh: Warehouse, ts: datetime, cluster: str = "campus") -> dict[int, str | None]:
     rows = wh.connect().execute(
-        "SELECT gpu_index, job_id FROM gpu_samples WHERE ts = ? ORDER BY 1", [ts]
+        "SELECT gpu_index, job_id FROM gpu_samples WHERE ts = ? AND cluster = ? ORDER BY 1",
+        [ts, cluster],
     )
     return dict(rows.fetchall())
 
@@ -93,18 +90,23 @@ def test_synced_allocations_stamp_samples_and_resync_adds_no_duplicates(
     config = Config({"collector": {"job_sync": f"{__name__}:fake_executor_sync"}})
     settings = config.section("collector", CollectorSettings)
     wh = Warehouse(tmp_path / "wh")
-    target = target_from(dcgm_target, {"node": "n1"})
+    targets = [
+        target_from(dcgm_target, {"node": "n1"}),
+        target_from(dcgm_target, {"node": "n1", "cluster": "other"}),
+    ]
     sync = load_job_sync(settings.job_sync, config)
     assert sync is fake_executor_sync
-    collector = Collector(config, settings, wh, lambda: [target], job_sync=sync)
+    collector = Collector(config, settings, wh, lambda: targets, job_sync=sync)
     JOB_STATE.update(state="RUNNING", end_time=None)
     collector.sync_jobs()
     collector.sync_jobs()  # a re-run changes nothing
     collector.scrape_round()
     con = wh.connect()
     (ts,) = con.execute("SELECT max(ts) FROM gpu_samples").fetchone()
-    assert jobs_of_gpus(wh, ts) == {0: "5", 1: "5", 2: None, 3: None}
-    assert con.execute("SELECT job_id FROM rdma_samples").fetchall() == [("5",)]
+    assert jobs_of_gpus(wh, ts) == {0: "5", 1: "5", 2: None, 3: "9"}
+    assert jobs_of_gpus(wh, ts, "other") == {0: None, 1: None, 2: "7", 3: None}
+    rdma = con.execute("SELECT cluster, job_id FROM rdma_samples ORDER BY 1").fetchall()
+    assert rdma == [("campus", "5"), ("other", "7")]
     assert con.execute("SELECT util FROM gpu_samples WHERE gpu_index = 3").fetchone()[0] == (
         pytest.approx(0.30)
     )
@@ -115,10 +117,10 @@ def test_synced_allocations_stamp_samples_and_resync_adds_no_duplicates(
     collector.scrape_round()
     collector.close()
     con = wh.connect()
-    assert con.execute("SELECT job_id, state FROM jobs").fetchall() == [("5", "COMPLETED")]
-    assert con.execute("SELECT count(*) FROM job_gpus").fetchone()[0] == 2
+    assert con.execute("SELECT state FROM jobs WHERE job_id = '5'").fetchall() == [("COMPLETED",)]
+    assert con.execute("SELECT count(*) FROM job_gpus").fetchone()[0] == 5
     (ts,) = con.execute("SELECT max(ts) FROM gpu_samples").fetchone()
-    assert jobs_of_gpus(wh, ts) == {0: None, 1: None, 2: None, 3: None}
+    assert jobs_of_gpus(wh, ts) == {0: None, 1: None, 2: None, 3: "9"}
 
 
 def test_default_job_sync_needs_an_executor_section(tmp_path: Path) -> None:

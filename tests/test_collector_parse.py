@@ -5,6 +5,7 @@ node_exporter payloads to SI columns."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.convert import WANTED, read_node
+from collector.convert import WANTED, Hardware, read_node
 from collector.counters import CounterDeltas
+from collector.jobids import job_order
 from collector.promtext import ParseError, parse
+from collector.rows import RoundRows
 
 TRICKY = r"""# HELP sing_gpu_power_watts Power draw. Has a { brace and "quotes" in help.
 # TYPE sing_gpu_power_watts gauge
@@ -104,9 +107,12 @@ def test_sing_names_map_to_columns() -> None:
         "energy_j": 123456.5,
     }
     assert reading.gpus[1] == {"gpu_uuid": "GPU-1", "util": 0.25}  # NaN is left out
-    # A GPU shared by two jobs is stamped with the lowest id as a string ("10" < "9").
-    assert reading.jobs == {0: "77", 1: "10"}
+    # A GPU shared by two jobs is stamped with the lowest id, compared as numbers (9 < 10).
+    assert reading.jobs == {0: "77", 1: "9"}
     assert reading.ports == {("mlx5_0", 1): {"tx_bytes": 4_400_000_000_000, "rx_packets": 1000}}
+    # Two GPUs (one only in sing_gpu_info's sense, one only in metrics); the model and memory
+    # of the node are what its GPUs report.
+    assert reading.hardware() == Hardware(2, "NVIDIA H200", 150_754_820_096)
 
 
 DCGM = """\
@@ -140,6 +146,14 @@ def test_dcgm_exporter_names_convert_to_si() -> None:
     }
     assert reading.jobs == {3: "4242"}  # an empty hpc_job means no job
     assert reading.gpus[4]["util"] == 0
+    assert reading.hardware() == Hardware(2, None, (1024 + 80000 + 512) * mib)
+
+
+def test_dcgm_model_name_label_is_the_gpu_model() -> None:
+    line = 'DCGM_FI_DEV_GPU_UTIL{{gpu="{0}",UUID="GPU-{0}",modelName="{1}"}} 5\n'
+    text = line.format(0, "NVIDIA A100-SXM4-80GB") + line.format(1, "NVIDIA A100-SXM4-80GB")
+    text += line.format(2, "Tesla V100")
+    assert read_node(parse(text, WANTED)).hardware() == Hardware(3, "NVIDIA A100-SXM4-80GB", None)
 
 
 NODE_EXPORTER = """\
@@ -162,6 +176,26 @@ def test_node_exporter_infiniband_names() -> None:
         }
     }
     assert reading.gpus == {}
+    assert reading.hardware() is None  # says nothing about GPUs, not that there are none
+
+
+def test_saturated_counter_is_unknown_whatever_the_order() -> None:
+    text = """\
+sing_rdma_counter_saturated{device="mlx4_0",port="1",counter="port_xmit_data"} 1
+sing_rdma_transmit_bytes_total{device="mlx4_0",port="1"} 17179869180
+sing_rdma_receive_bytes_total{device="mlx4_0",port="1"} 1000
+sing_rdma_counter_saturated{device="mlx4_0",port="2",counter="port_rcv_data"} 1
+sing_rdma_counter_saturated{device="mlx4_0",port="3",counter="port_rcv_data"} 0
+"""
+    assert read_node(parse(text, WANTED)).ports == {
+        ("mlx4_0", 1): {"tx_bytes": None, "rx_bytes": 1000},
+        ("mlx4_0", 2): {"rx_bytes": None},  # a port with only unknown counters still has a row
+    }
+
+
+def test_job_order_compares_numbers_as_numbers() -> None:
+    ids = ["10", "9", "10_10", "10_2", "x", "100", "9+1"]
+    assert sorted(ids, key=job_order) == ["9", "9+1", "10", "10_2", "10_10", "100", "x"]
 
 
 def test_wanted_metric_without_its_key_label_is_an_error() -> None:
@@ -171,6 +205,17 @@ def test_wanted_metric_without_its_key_label_is_an_error() -> None:
         read_node(parse('sing_rdma_receive_bytes_total{device="m",port="x"} 1\n', WANTED))
 
 
+def test_energy_deltas_are_floats_and_an_unknown_value_breaks_the_chain() -> None:
+    d = CounterDeltas()
+    assert d.delta("g", 100.5) is None
+    assert d.delta("g", 160.75) == pytest.approx(60.25)
+    assert d.delta("g", 12.5) == 12.5  # driver reload: joules since it restarted from zero
+    snapshot = d.copy()
+    assert d.delta("g", None) is None  # unknown: the baseline is forgotten
+    assert d.delta("g", 5000.0) is None  # so no delta across the gap, however large
+    assert snapshot.delta("g", 20.0) == 7.5  # a snapshot keeps its own state
+
+
 def test_counter_deltas_handle_first_value_resets_and_seeds() -> None:
     d = CounterDeltas()
     assert d.delta("p", 1000) is None  # nothing to compare with yet
@@ -178,6 +223,7 @@ def test_counter_deltas_handle_first_value_resets_and_seeds() -> None:
     assert d.delta("p", 1500) == 0
     assert d.delta("p", 200) == 200  # reset (reboot): 200 bytes since it restarted from zero
     assert d.delta("p", None) is None
+    assert d.delta("p", 300) is None  # after an unknown value, starts over
     d.seed("q", 10)
     d.seed("q", 99)  # a seed never overrides a value already known
     assert d.delta("q", 25) == 15
@@ -191,3 +237,23 @@ def test_counter_deltas_are_never_negative(values: list[int]) -> None:
     # Without resets the deltas add up to the counter's growth.
     if values and values == sorted(values):
         assert sum(x or 0 for x in deltas) == values[-1] - values[0]
+
+
+def test_saturated_port_gets_null_bytes_and_no_bogus_delta_after_it() -> None:
+    """A 32-bit counter runs to its limit, is reported unknown for two rounds, then is cleared
+    and counts again: NULL while unknown, no delta on return, true deltas after."""
+    known = 'sing_rdma_transmit_bytes_total{{device="mlx4_0",port="1"}} {}\n'
+    stuck = 'sing_rdma_counter_saturated{device="mlx4_0",port="1",counter="port_xmit_data"} 1\n'
+    payloads = [known.format(16e9), stuck, stuck, known.format(4000), known.format(9000)]
+    rows = RoundRows(CounterDeltas())
+    start = datetime(2026, 1, 5, tzinfo=UTC)
+    for i, text in enumerate(payloads):
+        rows.add_node(start + timedelta(seconds=15 * i), "c", "n1", read_node(parse(text, WANTED)))
+    rdma = rows.tables()["rdma_samples"].select(["tx_bytes", "tx_delta_bytes", "cluster"])
+    assert rdma.to_pylist() == [
+        {"tx_bytes": 16_000_000_000, "tx_delta_bytes": None, "cluster": "c"},
+        {"tx_bytes": None, "tx_delta_bytes": None, "cluster": "c"},
+        {"tx_bytes": None, "tx_delta_bytes": None, "cluster": "c"},
+        {"tx_bytes": 4000, "tx_delta_bytes": None, "cluster": "c"},  # not 4000 as if a reset
+        {"tx_bytes": 9000, "tx_delta_bytes": 5000, "cluster": "c"},
+    ]

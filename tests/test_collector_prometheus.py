@@ -107,3 +107,16 @@ def test_pull_mode_reads_the_same_rows_from_prometheus(
     ).fetchone()
     assert tx == pytest.approx(1e9, rel=0.3)
     assert jobs == ["101"]
+    # Energy deltas chain across both pulls (300 W, one-second steps), every row stamped with
+    # the site's cluster, and one inventory version per node from the exporter's series.
+    energy = con.execute(
+        "SELECT count(*) - count(energy_delta_j), avg(energy_delta_j), list(DISTINCT cluster) "
+        "FROM gpu_samples"
+    ).fetchone()
+    assert energy[0] == 8  # only each GPU's first step has no delta
+    assert energy[1] == pytest.approx(300.0, rel=0.3)
+    assert energy[2] == ["campus"]
+    nodes = con.execute(
+        "SELECT node, gpus, gpu_model, gpu_memory_bytes, source FROM nodes ORDER BY node"
+    ).fetchall()
+    assert nodes == [(n, 4, "NVIDIA H200", 150754820096, "exporter") for n in "ab"]

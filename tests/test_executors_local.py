@@ -11,7 +11,7 @@ import pytest
 
 from executors.local import LocalExecutor
 from executors.profile import JobProfile
-from executors.records import JobRecord
+from executors.records import JobRecord, NodeRecord, to_tables
 from executors.sync import sync, watermark
 from sing.cli import main
 from warehouse.store import Warehouse
@@ -81,6 +81,10 @@ def test_failed_cancelled_and_timed_out_jobs(executor):
     assert timedelta(seconds=1) <= elapsed < timedelta(seconds=5)
 
 
+def test_inventory_is_this_node_with_its_gpu_pool(executor):
+    assert executor.inventory() == [NodeRecord("box", 3, None, "local")]
+
+
 def test_sync_is_incremental_and_idempotent(executor, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     first = executor.submit(dataclasses.replace(profile("exit 0", gpus=2), interactive=True))
@@ -103,6 +107,10 @@ def test_sync_is_incremental_and_idempotent(executor, tmp_path):
     ]
     gpus = con.execute("SELECT job_id, node, gpu_index FROM job_gpus ORDER BY ALL").fetchall()
     assert gpus == [(first, "box", 0), (first, "box", 1), (running, "box", 0)]
+    # Every record carries its cluster, so joins with samples can key on it.
+    clusters = "SELECT cluster, count(*) FROM {} GROUP BY ALL"
+    assert con.execute(clusters.format("jobs")).fetchall() == [("campus", 2)]
+    assert con.execute(clusters.format("job_gpus")).fetchall() == [("campus", 3)]
     stored_end = con.execute("SELECT end_time FROM jobs WHERE job_id = ?", [first]).fetchone()[0]
     assert stored_end.utcoffset() == timedelta(0)
     assert watermark(wh, "campus") == executor._read(first).end_time
@@ -141,3 +149,12 @@ def test_cli_run_local_returns_the_job_exit_code_and_lists_it(tmp_path, capsys):
     assert datetime.now(UTC) - watermark(Warehouse(tmp_path / "wh"), "campus") < timedelta(
         minutes=1
     )
+
+
+def test_jobs_list_orders_equal_submit_times_by_numeric_id(tmp_path, capsys):
+    submitted = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+    jobs = [JobRecord(i, "campus", "COMPLETED", submit_time=submitted) for i in ("9", "10", "100")]
+    Warehouse(tmp_path / "wh").append("jobs", to_tables(jobs, recorded_at=submitted)[0])
+    assert main(["--warehouse", str(tmp_path / "wh"), "jobs", "list"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split("\t")[0] for row in rows] == ["100", "10", "9"]  # newest first, as numbers

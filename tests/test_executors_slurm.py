@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from executors.profile import parse_profile
-from executors.records import JobRecord
+from executors.records import JobRecord, NodeRecord
 from executors.settings import ExecutorSettings
 from executors.slurm import SlurmExecutor, run_command
 from executors.sync import sync
@@ -222,3 +222,10 @@ def test_refused_submission_is_a_clear_error(run):
     too_big = parse_profile("name: big\ngpus_per_node: 16\nentry: {commands: 'true'}\n", "b", lax)
     with pytest.raises(UserError, match="Requested node configuration is not available"):
         SlurmExecutor("campus", lax, as_user("root", run.cluster)).submit(too_big)
+
+
+def test_inventory_lists_the_nodes_gres_and_partition(run):
+    assert SlurmExecutor("campus", SETTINGS).inventory() == [
+        NodeRecord("gpu-1", 8, "a100", "debug"),
+        NodeRecord("gpu-2", 8, "a100", "debug"),
+    ]

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from executors.records import NodeRecord
 from executors.settings import ExecutorSettings
 from executors.slurm import SlurmExecutor
-from executors.slurm_parse import gpu_count, parse_sacct, parse_squeue, parse_tres
+from executors.slurm_parse import gpu_count, parse_sacct, parse_sinfo, parse_squeue, parse_tres
 from executors.sync import sync
 from sing.errors import UserError
 from warehouse.store import Warehouse
@@ -144,3 +145,23 @@ def test_sync_of_bad_output_writes_nothing_and_keeps_earlier_records(tmp_path):
             sync(SlurmExecutor("campus", ExecutorSettings(), bad), wh, now=now)
     after = wh.connect().execute("SELECT * FROM jobs ORDER BY job_id").fetchall()
     assert after == before
+
+
+def test_sinfo_nodes_sum_gpu_gres_and_join_partitions() -> None:
+    text = (
+        "gpu-1|debug|gpu:a100:8\n"
+        "gpu-2|debug|gpu:a100:8(S:0-1)\n"
+        "gpu-2|long|gpu:a100:8(S:0-1)\n"
+        "mixed|debug|gpu:a100:4(S:0),gpu:v100:2(S:1),shard:8\n"
+        "untyped|debug|gpu:2\n"
+        "cpu-1|debug|(null)\n"
+    )
+    assert parse_sinfo(text) == [
+        NodeRecord("cpu-1", 0, None, "debug"),
+        NodeRecord("gpu-1", 8, "a100", "debug"),
+        NodeRecord("gpu-2", 8, "a100", "debug,long"),
+        NodeRecord("mixed", 6, None, "debug"),  # two types: no single model
+        NodeRecord("untyped", 2, None, "debug"),
+    ]
+    with pytest.raises(UserError, match="sinfo line 1: expected NODE|PARTITION|GRES"):
+        parse_sinfo("gpu-1 debug gpu:a100:8\n")

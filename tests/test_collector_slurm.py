@@ -1,0 +1,105 @@
+"""The node inventory from a real Slurm 22.05 on loopback (tests/slurm_harness.py: gpu-1 and
+gpu-2, Gres=gpu:a100:8, partition debug) merged with what an exporter says: `sinfo` through the
+Slurm executor gives the node list and partition, the exporter the GPUs of the node it serves.
+The exporter here is a plain HTTP server with a dcgm-exporter payload for gpu-1 (no GPU on this
+machine); gpu-2 has none, so its Gres count stands in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+
+import pytest
+
+from collector.inventory import DEFAULT, executor_inventory
+from collector.plugins import load_source
+from collector.service import Collector
+from collector.settings import CollectorSettings
+from collector.targets import target_from
+from sing.config import Config
+from tests.debian import IN_CI
+from tests.slurm_harness import SlurmCluster, install
+from warehouse.store import Warehouse
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+MODEL = "NVIDIA A100-SXM4-80GB"
+PAYLOAD = "".join(
+    f'DCGM_FI_DEV_FB_USED{{gpu="{i}",UUID="GPU-{i}",modelName="{MODEL}"}} 1024\n'
+    f'DCGM_FI_DEV_FB_FREE{{gpu="{i}",UUID="GPU-{i}",modelName="{MODEL}"}} 80896\n'
+    for i in range(8)
+)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    install()
+    if os.geteuid() != 0:
+        (pytest.fail if IN_CI else pytest.skip)("the loopback Slurm needs root")
+    base = Path(tempfile.mkdtemp(prefix="sing-slurm-"))
+    base.chmod(0o755)
+    cluster = SlurmCluster(base)
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def gpu1_exporter() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = PAYLOAD.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_inventory_merges_sinfo_and_the_exporter(
+    slurm: SlurmCluster, gpu1_exporter: str, tmp_path: Path
+) -> None:
+    config = Config({"executor": {"kind": "slurm"}, "collector": {"job_sync": ""}})
+    settings = config.section("collector", CollectorSettings)
+    source = load_source(settings.node_inventory, config, DEFAULT, "node_inventory")
+    assert source is executor_inventory
+    wh = Warehouse(tmp_path / "wh")
+    target = target_from(gpu1_exporter, {"node": "gpu-1"})
+    collector = Collector(config, settings, wh, lambda: [target], node_source=source)
+    collector.sync_jobs()
+    collector.scrape_round()
+    collector.scrape_round()  # nothing changed: no new versions
+    collector.close()
+    rows = (
+        wh.connect()
+        .execute(
+            "SELECT node, gpus, gpu_model, gpu_memory_bytes, partition, cluster, source "
+            "FROM nodes ORDER BY node"
+        )
+        .fetchall()
+    )
+    assert rows == [
+        ("gpu-1", 8, MODEL, (1024 + 80896) * 1024 * 1024, "debug", "campus", "exporter+sinfo"),
+        ("gpu-2", 8, "a100", None, "debug", "campus", "sinfo"),
+    ]
