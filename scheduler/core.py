@@ -21,7 +21,9 @@ every pass is a full one.
 Policies (docs/scheduler.md has the details and measurements):
 - fcfs: strict submit order; a head that does not fit blocks everything.
 - sjf:  shortest runtime first (oracle), any job that fits starts.
-- sing: fcfs, plus backfill of later jobs behind a blocked head, capped by a threshold rule.
+- sing: fcfs, plus backfill of later jobs behind a blocked head, bounded by a rule: by default,
+        once the head has waited max_head_wait_s, the nodes where it fits soonest are reserved
+        for it and backfill goes on elsewhere.
 - easy: fcfs, plus EASY backfill: the blocked head gets a reservation (time and nodes) from the
         running jobs' time limits; later jobs start only if they cannot delay it.
 """
@@ -34,7 +36,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from heapq import heapify, heappop, heapreplace
 
-from scheduler.cluster import Alloc, Cluster, Pool, Shape
+from scheduler.cluster import Alloc, Cluster, Pool, Shape, split
 from scheduler.lane import WAITING, Entry, Lane
 from scheduler.settings import SchedulerSettings
 
@@ -106,6 +108,7 @@ class Scheduler:
         self.head = -1
         self.head_since = 0.0
         self.budget_used = 0
+        # easy: when and on which nodes the head will fit; sing's reserve rule: nodes only (INF)
         self.reservation: tuple[float, set[int]] = (INF, set())
         self.ends: list[tuple[float, int]] = []  # easy: running jobs by estimated end
         # What happened since the last pass, to skip or narrow the next one (module docstring).
@@ -315,6 +318,7 @@ class Scheduler:
         cap = self.settings.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
         cluster, needs = self.cluster, self.needs
         place, shapes, pools = cluster.place, self.shapes, self.pools
+        reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
         user_limit, gpus = self.user_limit, self.gpus
         while cands:
             entry, cls = cands[0]
@@ -328,7 +332,7 @@ class Scheduler:
                 elif self.budget_used + gpus[i] > cap:
                     alloc = None
                 else:
-                    alloc = place(shapes[i], pools[i])
+                    alloc = place(shapes[i], pools[i], reserved)
                 if alloc is None:
                     heappop(cands)  # a class that failed stays failed for this pass
                     continue
@@ -363,7 +367,13 @@ class Scheduler:
         started.append(i)
 
     def _block(self, i: int, now: float) -> bool:
-        """Job `i` is the head and does not fit; returns whether anything may backfill past it."""
+        """Job `i` is the head and does not fit; returns whether anything may backfill past it.
+
+        sing's rules: "reserve" backfills freely until the head has waited max_head_wait_s, then
+        reserves the nodes where it fits soonest (the freest now: without time limits nothing
+        better is known) and backfills only elsewhere; "wait" stops backfill then; "budget" caps
+        the GPUs backfilled past this head.
+        """
         if i != self.head:
             self.head, self.head_since, self.budget_used = i, now, 0
             self.reservation = (INF, set())
@@ -373,9 +383,39 @@ class Scheduler:
             if now >= self.reservation[0]:  # a running job overran its limit: reserve again
                 self.reservation = self._reserve(i, now)
             return True
-        if self.settings.backfill_rule == "wait":
-            return now - self.head_since < self.settings.max_head_wait_s
-        return self.budget_used < self.settings.backfill_budget * self.gpus[i]
+        rule = self.settings.backfill_rule
+        if rule == "budget":
+            return self.budget_used < self.settings.backfill_budget * self.gpus[i]
+        waited = now - self.head_since >= self.settings.max_head_wait_s
+        if rule == "wait":
+            return not waited
+        if waited:
+            self._hold_nodes(i)
+        return True
+
+    def _hold_nodes(self, i: int) -> None:
+        """sing's reserve rule: keep the nodes where head `i` fits soonest free of backfill.
+
+        First the freest nodes; later a reserved node that is not wholly free is swapped for a
+        wholly free one outside the reservation. A swap never makes the reserved nodes less free
+        than they would have been, so the head still starts no later than when the first nodes
+        reserved for it drain.
+        """
+        reserved = self.reservation[1]
+        if not reserved:
+            nodes, _, gpus = self.shapes[i]
+            count = nodes or -(-gpus // self.cluster.gpus_per_node)
+            self.reservation = (INF, self.cluster.freest(count, self.pools[i]))
+            return
+        free_count, G = self.cluster.free_count, self.cluster.gpus_per_node
+        for pool in self.pools[i]:
+            for node in pool.by_free[G]:
+                if node not in reserved:
+                    worst = min(reserved, key=lambda n: (free_count[n], -n))
+                    if free_count[worst] == G:
+                        return
+                    reserved.remove(worst)
+                    reserved.add(node)
 
     def _over_limit(self, i: int) -> bool:
         """Per-user limit: a job of a user at the limit is held until one of theirs ends."""
@@ -411,29 +451,38 @@ class Scheduler:
         """EASY: when and on which nodes head job `i` can start, from running jobs' estimates.
 
         Walks running jobs by estimated end, adding their GPUs back to a projection of the free
-        counts, until the head's shape fits; those nodes are reserved until then.
+        counts, until the head's shape fits; the nodes it would take then are reserved until then.
         """
-        nodes, per, gpus = self.shapes[i]
+        nodes, _, gpus = shape = self.shapes[i]
         pools = self.pools[i]
         cluster = self.cluster
-        free = {n: c for p in pools for c in range(1, len(p.by_free)) for n in p.by_free[c]}
+        free = {n: c for p in pools for c, bucket in enumerate(p.by_free) if c for n in bucket}
         if nodes == 0:
             need = gpus - sum(free.values())
         else:
-            ready = {n for n, c in free.items() if c >= per}
+            # The head fits when, for every share size s, at least as many nodes have >= s free
+            # GPUs as it has shares >= s (shares only nest, so this suffices); short[s] counts
+            # the nodes still missing.
+            shares = split(shape)
+            short = {s: sum(t >= s for t in shares) for s in set(shares)}
+            for s in short:
+                short[s] -= sum(c >= s for c in free.values())
         for end, j in self.ends:
             for node, held in self.allocs[j]:
                 if cluster.pool_of[node] not in pools:
                     continue
-                free[node] = free.get(node, 0) + len(held)
+                before = free.get(node, 0)
+                after = free[node] = before + len(held)
                 if nodes == 0:
                     need -= len(held)
                     if need <= 0:
                         return max(end, now), set(free)
-                elif free[node] >= per:
-                    ready.add(node)
-                    if len(ready) >= nodes:
-                        return max(end, now), ready if nodes > 1 else {node}
+                    continue
+                for s in short:
+                    if before < s <= after:
+                        short[s] -= 1
+                if max(short.values()) <= 0:
+                    return max(end, now), _best_fit(free, shares)
         return INF, set()
 
 
@@ -443,3 +492,13 @@ def _need(shape: Shape) -> int:
     Placement "any" (0 nodes) can use a single free GPU on each of several nodes.
     """
     return shape[1] if shape[0] else 1
+
+
+def _best_fit(free: dict[int, int], shares: list[int]) -> set[int]:
+    """The nodes best-fit placement would give `shares` (largest first) if `free` were the free
+    counts; they suffice (the caller checked)."""
+    candidates = sorted(free, key=lambda n: (free[n], n))
+    chosen: set[int] = set()
+    for share in shares:
+        chosen.add(next(n for n in candidates if free[n] >= share and n not in chosen))
+    return chosen

@@ -8,8 +8,11 @@
   figure that separates the policies (the SING paper's ~96% backfill vs ~75% FCFS).
 - Queueing delay (start - submit): mean, p50, p95, p99, max; mean JCT (end - submit); mean bounded
   slowdown max(1, JCT / max(runtime, 10 s)).
-- Fairness: Jain's index over each user's *service ratio* in the window (GPU-time received /
-  GPU-time the user's jobs would have had if started on arrival), and the worst user's mean wait.
+- Fairness: Jain's index over each user's *served share* in the window: the GPU-seconds their
+  jobs ran / the GPU-seconds their jobs asked for, counted from each job's submit to its end
+  (waiting or running), both clipped to the window. 1 when every user is served the same share
+  of what they asked for (everyone slowed down alike), 1/users when one user gets all the service.
+  And the worst user's mean wait.
 - Starved jobs: waited longer than the starvation bound.
 """
 
@@ -32,12 +35,11 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
     jct = wait + duration
     lo, hi = float(submit.min()), float(submit.max())
     span = hi - lo
-    received = gpus * _overlap(start, start + duration, lo, hi)
-    demanded = gpus * _overlap(submit, submit + duration, lo, hi)
+    end = start + duration
+    received = gpus * _overlap(start, end, lo, hi)
     users, user_of = np.unique(np.asarray(jobs.user, dtype=object), return_inverse=True)
-    per_user_demand = np.bincount(user_of, demanded, len(users))
-    served = per_user_demand > 0
-    ratio = np.bincount(user_of, received, len(users))[served] / per_user_demand[served]
+    asked = np.bincount(user_of, gpus * _overlap(submit, end, lo, hi), len(users))
+    share = np.bincount(user_of, received, len(users))[asked > 0] / asked[asked > 0]
     per_user_wait = np.bincount(user_of, wait, len(users)) / np.bincount(user_of, None, len(users))
     p50, p95, p99 = np.percentile(wait, [50, 95, 99])
     return {
@@ -45,8 +47,7 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
         "jobs": len(jobs),
         "window_s": span,
         "gpu_assignment": float(received.sum() / (run.cluster.total_gpus * span)) if span else 0.0,
-        "busy_assignment": _ratio(*busy_window(submit, start, start + duration, gpus))
-        / run.cluster.total_gpus,
+        "busy_assignment": _ratio(*busy_window(submit, start, end, gpus)) / run.cluster.total_gpus,
         "mean_wait_s": float(wait.mean()),
         "p50_wait_s": float(p50),
         "p95_wait_s": float(p95),
@@ -56,13 +57,17 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
         "mean_bounded_slowdown": float(
             np.maximum(1.0, jct / np.maximum(duration, BOUNDED_SLOWDOWN_FLOOR_S)).mean()
         ),
-        "jain_fairness": float(ratio.sum() ** 2 / (len(ratio) * (ratio**2).sum()))
-        if ratio.any()
-        else 1.0,
+        "jain_fairness": jain(share),
         "worst_user_mean_wait_s": float(per_user_wait.max()),
         "starved_jobs": int((wait > starvation_s).sum()),
         "jobs_per_s": len(jobs) / run.wall_s if run.wall_s else 0.0,
     }
+
+
+def jain(x: np.ndarray) -> float:
+    """Jain's index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one has all; 1 for
+    nothing to share (no user asked for GPU-time, or none was served)."""
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum())) if x.any() else 1.0
 
 
 def _overlap(begin: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.ndarray:

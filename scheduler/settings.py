@@ -11,18 +11,20 @@ import dataclasses
 from sing.config import ConfigError
 
 POLICIES = ("fcfs", "sing", "easy", "sjf")
-BACKFILL_RULES = ("wait", "budget")
+BACKFILL_RULES = ("reserve", "wait", "budget")
 PLACEMENTS = ("pack", "any")
 
 
 @dataclasses.dataclass(frozen=True)
 class SchedulerSettings:
     policy: str = "sing"
-    # How `sing` caps backfill behind a blocked head job (docs/scheduler.md compares them):
-    # "wait": backfill freely until the head has been blocked for max_head_wait_s, then drain;
+    # How `sing` bounds backfill behind a blocked head job (docs/scheduler.md compares them):
+    # "reserve": backfill freely until the head has been blocked for max_head_wait_s, then
+    # reserve it the nodes where it fits soonest (the freest) and backfill only elsewhere;
+    # "wait": the same, but then stop backfill altogether until the head starts;
     # "budget": backfilled GPUs while the head is blocked <= backfill_budget x the head's GPUs.
-    backfill_rule: str = "wait"
-    max_head_wait_s: float = 6 * 3600.0
+    backfill_rule: str = "reserve"
+    max_head_wait_s: float = 72 * 3600.0
     backfill_budget: float = 1.0
     # EASY looks this deep into each job-size class for a job short enough to end before the
     # head's reservation (like Slurm's bf_max_job_test); 0 = only each class's oldest job.

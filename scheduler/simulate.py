@@ -11,6 +11,7 @@ import dataclasses
 import gc
 import math
 import time
+from collections.abc import Sequence
 from heapq import heappop, heappush
 
 from scheduler.cluster import Alloc, Cluster
@@ -36,10 +37,16 @@ class Replay:
         return {self.cluster.names[node]: gpus for node, gpus in self.allocs[k]}
 
 
-def make_cluster(nodes: int, gpus_per_node: int, settings: SchedulerSettings) -> Cluster:
+def make_cluster(
+    nodes: int,
+    gpus_per_node: int,
+    settings: SchedulerSettings,
+    names: Sequence[str] | None = None,
+) -> Cluster:
     return Cluster(
         nodes,
         gpus_per_node,
+        names=names,
         small_pool_nodes=settings.small_pool_nodes,
         small_job_max_gpus=settings.small_job_max_gpus,
     )
@@ -51,11 +58,13 @@ def replay(
     gpus_per_node: int,
     settings: SchedulerSettings | None = None,
     policy: str | None = None,
+    names: Sequence[str] | None = None,
 ) -> Replay:
-    """Replay `workload` on `nodes` x `gpus_per_node` GPUs under `policy` (default: settings')."""
+    """Replay `workload` on `nodes` x `gpus_per_node` GPUs under `policy` (default: settings'),
+    on nodes called `names` (default node0, node1, ...)."""
     settings = settings or SchedulerSettings()
     jobs = workload.sorted_by_submit()
-    sched = Scheduler(make_cluster(nodes, gpus_per_node, settings), settings, policy)
+    sched = Scheduler(make_cluster(nodes, gpus_per_node, settings, names), settings, policy)
     for k in range(len(jobs)):
         sched.add(
             jobs.job_id[k],

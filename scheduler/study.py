@@ -1,6 +1,6 @@
 """Does backfill keep far more GPUs assigned than FCFS on Philly? The measurements behind the
-"paper's shape" tables of docs/scheduler.md, reproducible with `python -m scheduler.study` (about a
-minute; prints markdown).
+"paper's shape" tables of docs/scheduler.md, reproducible with `python -m scheduler.study` (a few
+minutes; prints markdown).
 
 The SING paper reports ~96% GPU assignment with backfill against ~75% with FCFS on its campus
 cluster. The settings here are the ones where FCFS head-of-line blocking should hurt most on
@@ -26,7 +26,11 @@ from scheduler.workload import Workload, read_trace
 TRACES = Path(__file__).resolve().parents[2] / "shared/traces/philly"
 POLICIES = {
     "fcfs": SchedulerSettings(policy="fcfs"),
-    "sing (wait 6 h)": SchedulerSettings(policy="sing"),
+    "sing (reserve 72 h, default)": SchedulerSettings(policy="sing"),
+    "sing (reserve 6 h)": SchedulerSettings(policy="sing", max_head_wait_s=6 * 3600),
+    "sing (wait 6 h)": SchedulerSettings(
+        policy="sing", backfill_rule="wait", max_head_wait_s=6 * 3600
+    ),
     "sing (budget 1x)": SchedulerSettings(policy="sing", backfill_rule="budget"),
     "easy": SchedulerSettings(policy="easy"),
     "sjf": SchedulerSettings(policy="sjf"),
@@ -47,7 +51,7 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
     for name, base in POLICIES.items():
         settings = SchedulerSettings(**{**base.__dict__, **options})
         busy_gpu_s = busy_s = queued_s = assigned_gpu_s = capacity_s = 0.0
-        waits = []
+        waits, head_waits = [], []
         for jobs, nodes in parts:
             run = replay(jobs, nodes, GPUS_PER_NODE, settings)
             submit, start, end, gpus = _columns(run)
@@ -61,6 +65,7 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
             ).sum()
             capacity_s += (hi - lo) * nodes * GPUS_PER_NODE
             waits.append(start - submit)
+            head_waits.append(start - head_since(submit, start))
         wait = np.concatenate(waits) / 3600
         rows[name] = {
             "busy": busy_gpu_s / busy_s if busy_s else float("nan"),
@@ -69,6 +74,8 @@ def measure(parts: Iterable[tuple[Workload, int]], **options) -> dict[str, dict[
             "mean_wait_h": wait.mean(),
             "p99_wait_h": np.percentile(wait, 99),
             "max_wait_h": wait.max(),
+            "head_wait_h": np.concatenate(head_waits).max() / 3600,
+            "starved": int((wait > settings.starvation_s / 3600).sum()),
         }
     return rows
 
@@ -105,6 +112,13 @@ def fcfs_idle_by_head(jobs: Workload, nodes: int) -> dict[str, tuple[float, floa
     return out
 
 
+def head_since(submit: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each job (in submit order) became the oldest waiting one: its submit, or the latest
+    start of an older job if later. Its start minus this is how long it waited at the head."""
+    older_started = np.maximum.accumulate(np.concatenate([[-np.inf], start[:-1]]))
+    return np.maximum(submit, older_started)
+
+
 def _columns(run: Replay) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     submit = np.asarray(run.workload.submit)
     start = np.asarray(run.start)
@@ -115,14 +129,14 @@ def table(title: str, rows: dict[str, dict[str, float]]) -> str:
     lines = [
         f"**{title}**",
         "",
-        "| policy | busy | assigned | queue h | mean wait h | p99 h | max h |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | busy | assigned | queue h | mean wait h | p99 h | max h | head h | starved |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
         lines.append(
             f"| {name} | {100 * r['busy']:.1f}% | {100 * r['assigned']:.1f}% | "
             f"{r['queued_h']:,.0f} | {r['mean_wait_h']:.2f} | {r['p99_wait_h']:.1f} | "
-            f"{r['max_wait_h']:.1f} |"
+            f"{r['max_wait_h']:.1f} | {r['head_wait_h']:.1f} | {r['starved']:,} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -132,6 +146,11 @@ def main() -> None:
     with (TRACES / "philly_vc_nodes_helios.csv").open(newline="") as f:
         vc_nodes = {row["vc"]: int(row["node num"]) for row in csv.DictReader(f)}
     settings = [
+        (
+            "Busy week 2017-10-17 (the paper's gap), 28x8, pack",
+            [(week(jobs, "2017-10-17"), 28)],
+            {},
+        ),
         (
             "Whole cluster, week of 2017-10-23 (7,748 jobs), 64x8, pack",
             [(week(jobs, "2017-10-23"), 64)],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from scheduler.cluster import Cluster
@@ -73,6 +75,33 @@ def test_blocked_head(policy: str, options: dict, expected: dict[str, float]) ->
     assert starts(BLOCKED_HEAD, 1, 4, policy, **options) == expected
 
 
+# 2 nodes x 2 GPUs, all busy with 1-GPU jobs ending at 10, 20 (node0) and 15, 25 (node1). Head h
+# needs a whole node; six 1-GPU jobs queue behind it.
+STREAM = workload(
+    ("j1", 0, 10, 1), ("j2", 0, 20, 1), ("j3", 0, 15, 1), ("j4", 0, 25, 1), ("h", 1, 10, 2),
+    *((f"s{k}", 1 + k, 30, 1) for k in range(1, 7)),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "bound", "expected"),
+    [
+        # Backfill never stops: s1..s6 take every GPU that frees up, h waits until s5 ends at 70.
+        ("wait", 1e9, {"h": 70, "s1": 10, "s2": 15, "s3": 20, "s4": 25, "s5": 40, "s6": 45}),
+        # h has waited 9 s >= 5 s at t=10: node0 (1 free, the freest) is reserved for it, s1
+        # backfills on node1 at 15, h starts when node0 drains at 20.
+        ("reserve", 5, {"h": 20, "s1": 15, "s2": 25, "s3": 30, "s4": 30, "s5": 45, "s6": 55}),
+        # The drain: nothing backfills after t=10, so s1 waits until h has started, at 20.
+        ("wait", 5, {"h": 20, "s1": 20, "s2": 25, "s3": 30, "s4": 30, "s5": 50, "s6": 55}),
+    ],
+)
+def test_sing_reserve_rule_keeps_backfilling_elsewhere(
+    rule: str, bound: float, expected: dict[str, float]
+) -> None:
+    got = starts(STREAM, 2, 2, "sing", backfill_rule=rule, max_head_wait_s=bound)
+    assert got == {"j1": 0, "j2": 0, "j3": 0, "j4": 0, **expected}
+
+
 def test_easy_backfills_a_long_job_outside_the_reserved_node() -> None:
     # 2 nodes x 2 GPUs. x, y fill node0, v takes one GPU of node1. Head h (2 GPUs) gets node1 at
     # t=50 (v's end). l (1000 s) may not delay it, so it waits until y frees node0 at t=10; s
@@ -99,16 +128,64 @@ def test_easy_reserves_with_time_limits_not_runtimes() -> None:
     assert sched.schedule(31) == [Placement("b", {"node0": [0, 1, 2, 3]})]
 
 
-def test_pack_placement_best_fit_and_whole_nodes() -> None:
-    sched = Scheduler(Cluster(3, 4), SchedulerSettings(policy="fcfs"))
-    for job in (Job("a", 2), Job("b", 3), Job("c", 2), Job("big", 5)):
+def test_pack_placement_tie_rules() -> None:
+    # Hand-computed on 4 nodes x 4 GPUs: best fit (fewest free GPUs that suffice), then the
+    # lowest-numbered node; a job larger than a node takes whole free nodes, lowest-numbered
+    # first, and its remainder on the best-fitting partly free node.
+    sched = Scheduler(Cluster(4, 4), SchedulerSettings(policy="fcfs"))
+    for job in (Job("a", 1), Job("b", 1), Job("c", 3), Job("d", 6), Job("e", 1), Job("f", 5)):
         sched.submit(job, 0)
-    got = {p.job_id: p.gpus for p in sched.schedule(0)}
-    # a opens node0, b needs 3 so takes node1, c fills node0 (fewest free that fit); big (5 > 4)
-    # needs two whole idle nodes and there is only one left.
-    assert got == {"a": {"node0": [0, 1]}, "b": {"node1": [0, 1, 2]}, "c": {"node0": [2, 3]}}
-    sched.finish("b", 5)
-    assert sched.schedule(5) == [Placement("big", {"node1": [0, 1, 2, 3], "node2": [0]})]
+    assert {p.job_id: p.gpus for p in sched.schedule(0)} == {
+        "a": {"node0": [0]},  # all nodes tie at 4 free: the lowest-numbered
+        "b": {"node0": [1]},  # node0 (3 free) fits best
+        "c": {"node1": [0, 1, 2]},  # node0 has 2 < 3; nodes 1-3 tie at 4
+        "d": {"node0": [2, 3], "node2": [0, 1, 2, 3]},  # whole node2 + 2 on node0 (2 free)
+        "e": {"node1": [3]},  # node1 is the only node with a free GPU
+    }
+    # f needs whole node3 and one more GPU; none is free until a ends.
+    sched.finish("a", 5)
+    assert sched.schedule(5) == [Placement("f", {"node0": [0], "node3": [0, 1, 2, 3]})]
+
+
+def test_node_names_order_does_not_change_placement() -> None:
+    # Nodes are numbered in the natural order of their names (gpu2 before gpu10), however the
+    # list is built, so the same jobs get the same nodes.
+    placements = []
+    for names in (["gpu1", "gpu2", "gpu10"], ["gpu10", "gpu2", "gpu1"], ["gpu2", "gpu10", "gpu1"]):
+        sched = Scheduler(Cluster(3, 2, names=names), SchedulerSettings(policy="fcfs"))
+        for job in (Job("a", 1), Job("b", 2), Job("c", 3)):
+            sched.submit(job, 0)
+        placements.append(sched.schedule(0))
+    assert placements[0] == [
+        Placement("a", {"gpu1": [0]}),
+        Placement("b", {"gpu2": [0, 1]}),
+        Placement("c", {"gpu1": [1], "gpu10": [0, 1]}),
+    ]
+    assert placements[1] == placements[0] and placements[2] == placements[0]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "sing", "easy", "sjf"])
+def test_replay_does_not_depend_on_node_order(policy: str) -> None:
+    # A random mix of 1-GPU to 3-node jobs on 6 x 8 GPUs, long enough to queue: every start and
+    # placement is the same whichever order the node list is built in.
+    rng = random.Random(7)
+    rows = [
+        (
+            f"j{k}",
+            rng.uniform(0, 3000),
+            rng.uniform(10, 600),
+            rng.choice([1, 1, 1, 2, 4, 8, 12, 20]),
+        )
+        for k in range(400)
+    ]
+    w = workload(*rows)
+    names = [f"n{i}" for i in range(6)]
+    runs = []
+    for order in (names, names[::-1], rng.sample(names, 6)):
+        run = replay(w, 6, 8, SchedulerSettings(max_head_wait_s=300), policy, names=order)
+        assert max(s - t for s, t in zip(run.start, run.workload.submit, strict=True)) > 600
+        runs.append((run.start, [run.placement(k) for k in range(len(rows))]))
+    assert runs[1] == runs[0] and runs[2] == runs[0]
 
 
 @pytest.mark.parametrize(("placement", "expected"), [("pack", []), ("any", ["d"])])

@@ -7,6 +7,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.cluster import Cluster
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import Replay, replay
 from scheduler.workload import Workload
@@ -28,6 +29,7 @@ VARIANTS = [
     SchedulerSettings(policy="fcfs"),
     SchedulerSettings(policy="sjf"),
     SchedulerSettings(policy="easy"),
+    SchedulerSettings(policy="sing", max_head_wait_s=15),
     SchedulerSettings(policy="sing", backfill_rule="wait", max_head_wait_s=15),
     SchedulerSettings(policy="sing", backfill_rule="budget", backfill_budget=1.0),
     SchedulerSettings(policy="sing", placement="any", power_of_two=True),
@@ -98,15 +100,67 @@ def test_fcfs_starts_in_submit_order(rows) -> None:
 @settings(max_examples=80, deadline=None)
 @given(jobs, st.integers(0, 30))
 def test_sing_wait_rule_bounds_how_long_the_head_is_passed_over(rows, bound) -> None:
-    run = replay(
-        to_workload(rows), NODES, GPUS, SchedulerSettings(policy="sing", max_head_wait_s=bound)
-    )
+    settings_ = SchedulerSettings(policy="sing", backfill_rule="wait", max_head_wait_s=bound)
+    run = replay(to_workload(rows), NODES, GPUS, settings_)
     since = head_since(run)
     for j, started in enumerate(run.start):
         older_waiting = [h for h in range(j) if run.start[h] > started]
         if older_waiting:  # j was backfilled past head h
             h = older_waiting[0]
             assert started - since[h] < bound, (h, j)
+
+
+@settings(max_examples=80, deadline=None)
+@given(jobs, st.integers(0, 30), st.sampled_from(["pack", "any"]))
+def test_sing_reserve_rule_bounds_the_head_wait(rows, bound, placement) -> None:
+    # Once the head has waited `bound`, nothing new starts on the nodes reserved for it, so it
+    # starts at the latest when the jobs running then have ended.
+    settings_ = SchedulerSettings(policy="sing", max_head_wait_s=bound, placement=placement)
+    run = replay(to_workload(rows), NODES, GPUS, settings_)
+    ends = [s + d for s, d in zip(run.start, run.workload.duration, strict=True)]
+    for h, since in enumerate(head_since(run)):
+        deadline = since + bound
+        if run.start[h] > deadline:
+            running = [e for k, e in enumerate(ends) if k != h and run.start[k] <= deadline < e]
+            assert running and run.start[h] <= max(running), (h, deadline)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 1, 2, 3, 4, 5, 8, 9, 12]), st.booleans())))
+def test_placement_is_best_fit_then_lowest_numbered(ops) -> None:
+    cluster, held = Cluster(NODES, GPUS), []
+    for gpus, release in ops:
+        if release and held:
+            cluster.release(held.pop(0))
+            continue
+        expected = reference_place(list(cluster.free_count), gpus)
+        shape = cluster.shape(gpus)
+        alloc = cluster.place(shape, cluster.pools_for(shape))
+        assert (alloc and [(node, len(g)) for node, g in alloc]) == expected, cluster.free_count
+        if alloc:
+            held.append(alloc)
+
+
+def reference_place(free: list[int], gpus: int) -> list[tuple[int, int]] | None:
+    """The placement rule, by brute force over all nodes."""
+
+    def best(need: int, taken: list[int]) -> int | None:
+        fits = [n for n in range(NODES) if free[n] >= need and n not in taken]
+        return min(fits, key=lambda n: (free[n], n), default=None)
+
+    if gpus <= GPUS:
+        node = best(gpus, [])
+        return None if node is None else [(node, gpus)]
+    whole = [n for n in range(NODES) if free[n] == GPUS][: gpus // GPUS]
+    if len(whole) < gpus // GPUS:
+        return None
+    chosen = [(n, GPUS) for n in whole]
+    if gpus % GPUS:
+        node = best(gpus % GPUS, whole)
+        if node is None:
+            return None
+        chosen.append((node, gpus % GPUS))
+    return sorted(chosen)
 
 
 @settings(max_examples=80, deadline=None)

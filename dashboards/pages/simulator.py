@@ -12,8 +12,9 @@ from dashboards.settings import DashboardSettings
 from dashboards.widgets import data_span, percent, visit, window_picker
 from scheduler.settings import POLICIES, SchedulerSettings
 
-# The Philly file's busiest week, the one docs/scheduler.md measures.
-BUSY_PHILLY_WEEK_END = datetime(2017, 10, 29, tzinfo=UTC)  # its last day
+# The busy Philly week on which docs/scheduler.md measures the paper's gap, and its cluster.
+BUSY_PHILLY_WEEK_END = datetime(2017, 10, 23, tzinfo=UTC)  # its last day
+BUSY_PHILLY_NODES = 28
 
 v = visit()
 settings = v.config.section("scheduler", SchedulerSettings)
@@ -26,7 +27,10 @@ st.title("Scheduling policies, side by side")
 st.caption(
     "Replays the jobs submitted in the window through the same scheduler a live dispatcher uses "
     "(docs/scheduler.md), once per policy. The SING paper reports ~96% GPU assignment with "
-    "backfill against ~75% under FCFS on its campus cluster."
+    "backfill against ~75% under FCFS on its campus cluster; on Philly's busy week of "
+    "2017-10-17 on 28 x 8 GPUs (the default for a trace file) sing keeps ~96% assigned against "
+    "FCFS's 78%. Jain fairness: 1 when every user is served the same share of the GPU-time they "
+    "asked for."
 )
 source = st.radio(
     "Jobs",
@@ -42,7 +46,7 @@ if source == data.WAREHOUSE_SOURCE:
     since, until = window_picker(span, default_days=7)
 else:
     span = data.trace_file_span(source)
-    nodes_default, gpus_per_node_default = 64, 8
+    nodes_default, gpus_per_node_default = BUSY_PHILLY_NODES, 8
     since, until = window_picker(span, default_days=7, default_end=BUSY_PHILLY_WEEK_END)
 
 a, b, c = st.columns([1, 1, 2])
