@@ -88,11 +88,24 @@ def job(
     }
 
 
+def inventory(models: list[str] = ["A100"] * 3) -> pa.Table:  # noqa: B006 - never mutated
+    """The three 4-GPU nodes of the campus cluster, known since before the window."""
+    return pa.table(
+        {
+            "node": HOSTS,
+            "gpus": [4] * 3,
+            "gpu_model": models,
+            "cluster": ["campus"] * 3,
+            "valid_from": [T0 - timedelta(days=30)] * 3,
+        }
+    )
+
+
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> Warehouse:
     """Six users in two groups; everyone runs 1x1 and 1x4 jobs, one user one 2x4 job."""
     wh = Warehouse(tmp_path_factory.mktemp("wh"))
-    wh.append("nodes", pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100"] * 3}))
+    wh.append("nodes", inventory())
     jobs = []
     for u, user in enumerate(USERS):
         jobs.append(job(2 * u, user, u, 10 + u, 1 + u / 2, [HOSTS[u % 3]], 1))
@@ -316,10 +329,7 @@ def test_dropped_fields_are_absent_and_trace_still_valid(warehouse, tmp_path):
 def test_rare_shape_policies(tmp_path):
     """Three users on H100 and three on V100 are each rarer than k=5, together they are not."""
     wh = Warehouse(tmp_path / "wh")
-    wh.append(
-        "nodes",
-        pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100", "H100", "V100"]}),
-    )
+    wh.append("nodes", inventory(["A100", "H100", "V100"]))
     jobs = [job(u, user, u, 1, 1, [HOSTS[0]], 1) for u, user in enumerate(USERS)]
     jobs += [job(10 + u, user, u, 1, 1, [HOSTS[1 + u // 3]], 1) for u, user in enumerate(USERS)]
     wh.append("jobs", pa.Table.from_pylist(jobs))
@@ -336,7 +346,7 @@ def test_multi_node_job_lists_and_medians(tmp_path):
     """A job on node03 then node01: renamed nodes keep the job's order, RDMA bytes follow them,
     and the median runs over its three GPUs (a one-GPU job's median is its mean)."""
     wh = Warehouse(tmp_path / "wh")
-    wh.append("nodes", pa.table({"node": HOSTS, "gpus": [4] * 3, "gpu_model": ["A100"] * 3}))
+    wh.append("nodes", inventory())
     wh.append(
         "jobs",
         pa.Table.from_pylist(
@@ -383,3 +393,51 @@ def test_multi_node_job_lists_and_medians(tmp_path):
     assert two_nodes["sm_active_p50"] == pytest.approx(0.4)
     assert one_gpu["nodes"] == ["n002"] and one_gpu["node_rdma_tx_bytes"] == [None]
     assert one_gpu["gpu_util_p50"] == one_gpu["gpu_util_mean"] == pytest.approx(0.3)
+
+
+def test_energy_across_a_counter_reset_unknown_rdma_and_clusters_kept_apart(tmp_path):
+    """Job 1000's GPU counter resets mid-job (driver reload): its energy is the sum of the
+    per-sample deltas after its first sample, not max - min. One of its RDMA samples had a
+    saturated counter, so its traffic is unknown, not too small. Another cluster's job 1000
+    on a node of the same name adds nothing to it."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("nodes", inventory())
+    other = job(0, "bob.marley", 0, 0, 2, [HOSTS[0]], 1) | {"cluster": "other"}
+    wh.append(
+        "jobs", pa.Table.from_pylist([job(0, "alice.liddell", 0, 0, 2, [HOSTS[0]], 1), other])
+    )
+    ts = [T0 + timedelta(minutes=5, seconds=15 * i) for i in range(4)]
+    samples = {"ts": ts, "node": [HOSTS[0]] * 4, "gpu_index": [0] * 4, "util": [0.5] * 4}
+    campus = samples | {
+        "energy_j": [1000.0, 1100.0, 40.0, 140.0],
+        "energy_delta_j": [70.0, 100.0, 40.0, 100.0],  # the first reaches back before the job
+        "job_id": ["1000"] * 4,
+        "cluster": ["campus"] * 4,
+    }
+    elsewhere = samples | {
+        "energy_j": [5000.0, 9000.0, 13000.0, 17000.0],
+        "energy_delta_j": [4000.0] * 4,
+        "job_id": ["1000"] * 4,
+        "cluster": ["other"] * 4,
+    }
+    wh.append("gpu_samples", pa.concat_tables([pa.table(campus), pa.table(elsewhere)]))
+    rdma = {
+        "ts": ts[:2],
+        "node": [HOSTS[0]] * 2,
+        "device": ["mlx5_0"] * 2,
+        "port": [1, 1],
+        "tx_bytes": [4_000_000_000, None],  # the second: a saturated 32-bit counter
+        "tx_delta_bytes": [100, None],
+        "rx_bytes": [10, 20],
+        "rx_delta_bytes": [5, 10],
+        "job_id": ["1000"] * 2,
+        "cluster": ["campus"] * 2,
+    }
+    wh.append("rdma_samples", pa.table(rdma))
+    jobs = build_release(wh, T0, UNTIL, KEY, TraceSettings(rare_shapes="keep")).jobs.to_pylist()
+    mine = next(j for j in jobs if j["gpu_util_mean"] is not None and j["energy_j"] < 1000)
+    assert mine["energy_j"] == pytest.approx(240.0)  # 100 + 40 + 100; max - min would be 1060
+    assert mine["rdma_tx_bytes"] is None and mine["node_rdma_tx_bytes"] == [None]
+    assert mine["rdma_rx_bytes"] == 15
+    theirs = next(j for j in jobs if j is not mine and j["energy_j"] is not None)
+    assert theirs["energy_j"] == pytest.approx(12000.0)

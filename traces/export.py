@@ -24,33 +24,37 @@ from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
 from traces.format import JOBS, TIMESERIES, conform, state_sql
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import TraceSettings, load_key
+from warehouse.analytics import job_gpu_sql, job_rdma_sql
 from warehouse.store import Warehouse
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
 # the window (`sel`, real ids, the job name never selected), numbered `r` so that every later
 # join and group is on one integer rather than on job id text, and their per-GPU and per-node
 # rollups; `people` holds the columns the k-anonymity policy looks at. Parameters: $since, $until.
-STAGE_SQL = """
+STAGE_SQL = f"""
 CREATE TEMP TABLE sel AS
     SELECT row_number() OVER () AS r, * EXCLUDE (name)
     FROM jobs WHERE submit_time >= $since AND submit_time < $until;
+CREATE TEMP TABLE gpu_days AS
+    SELECT * FROM job_gpu_usage
+    WHERE day <= $until::DATE AND job_id IN (SELECT job_id FROM sel);
 CREATE TEMP TABLE gpu AS
-    SELECT r, node, gpu_index,
-           sum(samples) AS n, sum(util_sum) AS util_sum, max(util_max) AS util_max,
-           sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_n, max(mem_peak_bytes) AS mem_peak,
-           max(energy_max_j) - min(energy_min_j) AS energy
-    FROM job_gpu_usage JOIN (SELECT r, job_id FROM sel) USING (job_id)
-    WHERE day <= $until::DATE
-    GROUP BY ALL;
+    SELECT s.r, g.node, g.gpu_index, g.samples AS n, g.util_sum, g.util_max, g.sm_sum,
+           g.sm_samples AS sm_n, g.mem_peak_bytes AS mem_peak, g.energy_j AS energy
+    FROM ({job_gpu_sql("gpu_days")}) g
+    JOIN sel s ON s.cluster = g.cluster AND s.job_id = g.job_id;
+CREATE TEMP TABLE rdma_days AS
+    SELECT * FROM job_rdma_usage
+    WHERE day <= $until::DATE AND job_id IN (SELECT job_id FROM sel);
 CREATE TEMP TABLE rdma AS
-    SELECT r, node, sum(tx_bytes) AS tx, sum(rx_bytes) AS rx
-    FROM job_rdma_usage JOIN (SELECT r, job_id FROM sel) USING (job_id)
-    WHERE day <= $until::DATE
-    GROUP BY ALL;
+    SELECT s.r, d.node, d.tx_bytes AS tx, d.rx_bytes AS rx
+    FROM ({job_rdma_sql("rdma_days")}) d
+    JOIN sel s ON s.cluster = d.cluster AND s.job_id = d.job_id;
 CREATE TEMP VIEW people AS
     SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model
-    FROM sel LEFT JOIN (SELECT node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY node) m
-         ON m.node = sel.nodes[1];
+    FROM sel LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
+                        FROM nodes GROUP BY ALL) m
+         ON m.cluster = sel.cluster AND m.node = sel.nodes[1];
 """
 
 # Every node the selected jobs touched, renamed in name order.
@@ -110,7 +114,9 @@ node_lists AS (
     SELECT * FROM one_node
 ),
 rdma_job AS (
-    SELECT r, sum(tx)::BIGINT AS rdma_tx_bytes, sum(rx)::BIGINT AS rdma_rx_bytes
+    -- unknown on any node (a saturated counter) leaves the job's total unknown, not too small
+    SELECT r, CASE WHEN count(tx) = count(*) THEN sum(tx) END::BIGINT AS rdma_tx_bytes,
+           CASE WHEN count(rx) = count(*) THEN sum(rx) END::BIGINT AS rdma_rx_bytes
     FROM rdma GROUP BY r
 ),
 times AS (

@@ -35,7 +35,9 @@ def numeric_job_order(column: str = "job_id") -> str:
 # GPU's counter deltas (resets handled by the writer) except its first sample in the job, whose
 # delta reaches back before the job; days rolled up before deltas existed fall back to that
 # day's counter max - min.
-JOB_GPU_SQL = f"""
+def job_gpu_sql(source: str = "job_gpu_usage") -> str:
+    """JOB_GPU_SQL over another relation of `job_gpu_usage` rows (e.g. a window's days)."""
+    return f"""
 SELECT cluster, job_id, node, gpu_index,
        sum(samples) AS samples, sum(util_sum) AS util_sum, max(util_max) AS util_max,
        sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_samples,
@@ -46,21 +48,30 @@ SELECT cluster, job_id, node, gpu_index,
            - coalesce(arg_min_null(CASE WHEN energy_delta_samples > 0
                                         THEN first_energy_delta_j END, first_ts), 0)
            AS energy_j
-FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage)
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM {source})
 GROUP BY ALL
 """
 
+
+JOB_GPU_SQL = job_gpu_sql()
+
+
 # Per job and node: RDMA bytes each way, NULL (unknown) where any of the job's samples there had
 # an unknown counter (a saturated 32-bit counter), rather than a total that is too small.
-JOB_RDMA_SQL = f"""
+def job_rdma_sql(source: str = "job_rdma_usage") -> str:
+    """JOB_RDMA_SQL over another relation of `job_rdma_usage` rows (e.g. a window's days)."""
+    return f"""
 SELECT cluster, job_id, node,
        CASE WHEN coalesce(sum(tx_unknown_samples), 0) = 0 THEN coalesce(sum(tx_bytes), 0) END
            ::BIGINT AS tx_bytes,
        CASE WHEN coalesce(sum(rx_unknown_samples), 0) = 0 THEN coalesce(sum(rx_bytes), 0) END
            ::BIGINT AS rx_bytes
-FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_rdma_usage)
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM {source})
 GROUP BY ALL
 """
+
+
+JOB_RDMA_SQL = job_rdma_sql()
 
 # Versions of each node of the inventory: a version holds from `valid_from` (-infinity for rows
 # without one: since the beginning) until the node's next version (+infinity for the newest);

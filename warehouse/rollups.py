@@ -89,9 +89,9 @@ ROLLUPS: dict[str, Rollup] = {
                    count(*) AS samples,
                    sum(tx_delta_bytes)::BIGINT AS tx_bytes,
                    sum(rx_delta_bytes)::BIGINT AS rx_bytes,
-                   -- the raw counters: NULL where the exporter could not know them
-                   count(*) - count(tx_bytes) AS tx_unknown_samples,
-                   count(*) - count(rx_bytes) AS rx_unknown_samples,
+                   -- neither counter nor delta: the exporter could not know them
+                   count(*) - count(coalesce(tx_delta_bytes, tx_bytes)) AS tx_unknown_samples,
+                   count(*) - count(coalesce(rx_delta_bytes, rx_bytes)) AS rx_unknown_samples,
                    min(ts) AS first_ts,
                    max(ts) AS last_ts
             FROM src WHERE job_id IS NOT NULL
