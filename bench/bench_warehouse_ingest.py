@@ -7,7 +7,7 @@ Prints, in one run:
 - per batch: rows/s of 128-row appends (one scrape of a 16-node cluster) vs one DuckDB insert and
   commit per batch;
 - where the bulk time goes (conform, split by day, Parquet encode per compression and row group
-  size, fsync+rename), so files.py can be tuned from numbers.
+  size, fsync+rename), so the writer in files.py can be tuned from numbers.
 Each measurement runs in its own process, so its peak RSS is its own.
 
     .venv/bin/python bench/bench_warehouse_ingest.py [--rows 10000000] [--batches 2000]
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from warehouse import files
+from warehouse import delta, files
 from warehouse.schema import table
 from warehouse.store import Warehouse, conform, split_by_day
 
@@ -179,7 +179,7 @@ def phase_breakdown(rows: int, batches: int, tmp: Path) -> dict:
 
     def warehouse_writer() -> None:
         for (_, part), path in zip(parts, paths, strict=True):
-            files._write_parquet(part, path)
+            files.write_parquet(part, path)
 
     out["pyarrow zstd-1, dictionaries on text only (1 thread)"] = _write_cost(
         warehouse_writer, paths
@@ -197,9 +197,9 @@ def phase_breakdown(rows: int, batches: int, tmp: Path) -> dict:
             )
 
     out[f"duckdb COPY zstd rg={files.ROW_GROUP_ROWS}"] = _write_cost(copy, paths)
-    tmp_file = files.temporary_path(tmp / "commit")
+    tmp_file = delta.temporary_path(tmp / "commit", None)
     pq.write_table(parts[0][1], tmp_file, compression="zstd", row_group_size=files.ROW_GROUP_ROWS)
-    out["fsync_rename_s"] = timed(lambda: files.commit_written(tmp_file, tmp / "commit"))
+    out["fsync_rename_s"] = timed(lambda: delta.publish(tmp / "commit", None, tmp_file, "ts"))
     return out
 
 

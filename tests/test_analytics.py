@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from warehouse import analytics, files
+from warehouse import analytics, delta
+from warehouse.schema import table
 from warehouse.store import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -657,10 +658,16 @@ def add_node_version(wh: Warehouse, node: str, gpus: int, valid_from: datetime) 
 
 def write_as_before(wh: Warehouse, name: str, data: pa.Table, day: str | None = None) -> None:
     """A Parquet file as a warehouse written before this schema holds it: no new columns."""
-    directory = wh.table_dir(name) / f"day={day}" if day else wh.table_dir(name)
-    tmp = files.temporary_path(directory)
+    spec = table(name)
+    partition = [delta.DAY] if spec.is_samples else []
+    table_dir = wh.table_dir(name)
+    dt = delta.ensure_table(table_dir, delta.table_schema(spec.schema, spec.is_samples), partition)
+    tmp = delta.temporary_path(table_dir, date.fromisoformat(day) if day else None)
     pq.write_table(data, tmp)
-    files.commit_written(tmp, directory)
+    added = delta.publish(
+        table_dir, date.fromisoformat(day) if day else None, tmp, spec.time_column
+    )
+    delta.commit(dt, [added], "append")
 
 
 def test_capacity_follows_node_versions(tmp_path: Path) -> None:
@@ -756,7 +763,7 @@ def test_energy_survives_a_counter_reset_and_midnight(tmp_path: Path) -> None:
     job = rows_by_id(analytics.job_usage(wh.connect(), now=at(24)))["E"]
     assert job["energy_j"] == pytest.approx(expected)
     wh.compact(now=at(48), settle_s=0)  # both days rolled up and stored: still exact
-    assert wh.rollup_dir("job_gpu_usage").exists()
+    assert wh.live_files("job_gpu_usage"), "both days rolled up"
     job = rows_by_id(analytics.job_usage(wh.connect(), now=at(24)))["E"]
     assert job["energy_j"] == pytest.approx(expected)
 

@@ -18,15 +18,16 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pytest
 
-from warehouse import files, store
+from warehouse import delta, maintenance
 from warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, tzinfo=UTC)  # long closed days: the compactor merges them at once
-STEP = timedelta(minutes=15)  # 96 batches per UTC day
+STEP = timedelta(minutes=30)  # 48 batches per UTC day
 COUNT_SQL = "SELECT count(*), count(DISTINCT gpu_uuid) FROM gpu_samples"
 ROLLUP_SQL = "SELECT coalesce(sum(samples), 0) FROM job_gpu_usage"
 
@@ -61,7 +62,8 @@ def run_writer(root: str, first: int, rows: int, seconds: float) -> None:
 
 
 def run_reader(root: str, rows: int, stop_file: str) -> None:
-    """Connect afresh and count, again and again; one final count after the stop file appears."""
+    """Connect afresh and count, again and again; one final count after the stop file appears.
+    Each round also counts as an outside engine would, through the Delta log with polars."""
     last = (0, 0)
     while True:
         stopping = os.path.exists(stop_file)
@@ -70,6 +72,11 @@ def run_reader(root: str, rows: int, stop_file: str) -> None:
         rolled = con.execute(ROLLUP_SQL).fetchone()[0]
         con.close()
         assert total == rows * batches, f"partial or doubled batch: {total} rows, {batches} ids"
+        outside = pl.read_delta(os.path.join(root, "gpu_samples")).select(
+            pl.len(), pl.col("gpu_uuid").n_unique()
+        )
+        (seen, ids) = outside.row(0)
+        assert seen == rows * ids, f"outside reader: {seen} rows in {ids} batches"
         assert rolled % rows == 0, f"rollup counts {rolled} samples, not whole batches"
         assert total >= last[0] and rolled >= last[1], f"went back: {last} -> {total, rolled}"
         last = (total, rolled)
@@ -78,13 +85,12 @@ def run_reader(root: str, rows: int, stop_file: str) -> None:
             return
 
 
-def run_compactor(root: str, stop_file: str, grace_s: float) -> None:
-    """compact() in a loop (short grace so superseded files really get deleted meanwhile)."""
-    store.GRACE_S = grace_s
+def run_compactor(root: str, stop_file: str) -> None:
+    """compact() in a loop: merges, rollups, checkpoints and vacuum (of files an hour gone)."""
     wh = Warehouse(root)
     print("ready", flush=True)
     while not os.path.exists(stop_file):
-        result = wh.compact(settle_s=0.5)
+        result = wh.compact()
         print(result.merged_files, result.rollup_days, result.deleted_files, flush=True)
         time.sleep(0.05)
 
@@ -169,7 +175,7 @@ def test_readers_see_whole_batches_while_a_writer_and_a_compactor_run(tmp_path: 
     Warehouse(root)
     writer = spawn("writer", root, 0, rows, 8.0)
     readers = [spawn("reader", root, rows, stop) for _ in range(2)]
-    compactor = spawn("compactor", root, stop, 1.0)
+    compactor = spawn("compactor", root, stop)
     committed = {int(i) for i in finish(writer)[1:]}
     stop.touch()
     lines = finish(compactor)[1:]
@@ -179,10 +185,15 @@ def test_readers_see_whole_batches_while_a_writer_and_a_compactor_run(tmp_path: 
         seen = readers_report(finish(reader))
         assert seen[-1] == (final, final), "last count after the writer stopped is all of it"
         assert len({total for total, _ in seen}) > 2, "reader should have watched rows arrive"
-    assert committed == set(range(len(committed))) and len(committed) > 96  # spans days
+    assert committed == set(range(len(committed))) and len(committed) > 48  # spans days
     assert sum(c[0] for c in compactions) > 0 and sum(c[1] for c in compactions) > 0
-    assert sum(c[2] for c in compactions) > 0, "superseded files deleted while readers ran"
-    assert assert_exact(Warehouse(root), rows, committed) == committed
+    wh = Warehouse(root)
+    maintenance.GRACE_S = 0  # now that no reader runs: delete every removed file at once
+    try:
+        assert wh.compact().deleted_files > 0, "merged files' inputs are deleted by vacuum"
+    finally:
+        maintenance.GRACE_S = 3600
+    assert assert_exact(wh, rows, committed) == committed
 
 
 @pytest.mark.timeout(120)
@@ -221,12 +232,12 @@ def test_compactor_killed_mid_merge_leaves_exact_data(tmp_path: Path, monkeypatc
         killed += "done" not in printed
         assert assert_exact(wh, rows, set()) == set(range(40 * (round_ + 1)))
     assert killed, "at least one compaction was killed mid-way"
-    monkeypatch.setattr(store, "GRACE_S", 0.0)  # and old temporaries count as stale at once
+    monkeypatch.setattr(maintenance, "GRACE_S", 0)  # and old temporaries count as stale at once
     wh.compact(settle_s=0)
     assert assert_exact(wh, rows, set()) == set(range(200))
-    assert not list(root.rglob(f"{files.TMP_PREFIX}*")), "killed merges' temporaries cleaned"
-    for day_dir in wh.day_dirs(wh.table_dir("gpu_samples")).values():
-        assert len(files.data_files(day_dir)) == 1
+    assert not list(root.rglob(f"*{delta.TMP_SUFFIX}")), "killed merges' temporaries cleaned"
+    for day_dir in wh.table_dir("gpu_samples").glob("day=*"):
+        assert len(list(day_dir.glob("*.parquet"))) == 1, "orphans and merged inputs vacuumed"
     rolled = wh.connect().execute(ROLLUP_SQL).fetchone()[0]
     assert rolled == 200 * rows
 
@@ -234,17 +245,17 @@ def test_compactor_killed_mid_merge_leaves_exact_data(tmp_path: Path, monkeypatc
 def test_a_batch_spanning_midnight_is_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
     """append() promises one atomic batch; a crash between its day files must not leave half."""
     wh = Warehouse(tmp_path / "wh")
-    data = pa.concat_tables([batch(95, 8), batch(96, 8)])  # 23:45 and 00:00 the next day
-    real_write = files.write_temporaries
+    data = pa.concat_tables([batch(47, 8), batch(48, 8)])  # 23:30 and 00:00 the next day
+    real_write = delta.write_file
     calls = []
 
-    def crash_on_second_day(directory: Path, table: pa.Table) -> list[Path]:
-        calls.append(directory)
+    def crash_on_second_day(table_dir: Path, day, rows: pa.Table, time_column):
+        calls.append(day)
         if len(calls) == 2:
             raise OSError("killed")  # the writer dies while writing the second day's file
-        return real_write(directory, table)
+        return real_write(table_dir, day, rows, time_column)
 
-    monkeypatch.setattr(files, "write_temporaries", crash_on_second_day)
+    monkeypatch.setattr(delta, "write_file", crash_on_second_day)
     with pytest.raises(OSError):
         wh.append("gpu_samples", data)
     assert counted(wh)[0] == 0, "half of a batch is visible"
@@ -259,6 +270,6 @@ if __name__ == "__main__":
     elif role == "reader":
         run_reader(args[0], int(args[1]), args[2])
     elif role == "compactor":
-        run_compactor(args[0], args[1], float(args[2]))
+        run_compactor(args[0], args[1])
     elif role == "compact_once":
         run_compact_once(args[0])

@@ -4,6 +4,10 @@ migrations. Every number asserted here was worked out by hand from the rows writ
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -12,11 +16,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from sing.errors import UserError
-from warehouse import files, migrations, store
-from warehouse.store import Warehouse
+from warehouse import delta, files, maintenance, migrations
+from warehouse.schema import table
+from warehouse.store import ROLLUPS, Warehouse, conform
 
+REPO = Path(__file__).resolve().parent.parent
 GIB = 2**30
 DAY = date(2026, 1, 5)  # long closed: compact() rolls it up
 
@@ -113,8 +120,18 @@ def day_dir(wh: Warehouse, name: str, day: date = DAY) -> Path:
     return wh.table_dir(name) / f"day={day.isoformat()}"
 
 
-def rollup_day_dir(wh: Warehouse, name: str, day: date = DAY) -> Path:
-    return wh.rollup_dir(name) / f"day={day.isoformat()}"
+def day_files(wh: Warehouse, name: str, day: date = DAY) -> list[delta.LiveFile]:
+    """The live files of one day of a table or rollup, as its Delta log lists them."""
+    return [f for f in wh.live_files(name) if f.day == day]
+
+
+def add_existing_file(wh: Warehouse, name: str, data: pa.Table, day: date) -> None:
+    """Commit a Parquet file written by someone else (an older sing) into a samples table."""
+    spec = table(name)
+    dt = delta.ensure_table(wh.table_dir(name), delta.table_schema(spec.schema, True), ["day"])
+    path = delta.temporary_path(wh.table_dir(name), day).with_name("old.parquet")
+    pq.write_table(data, path)
+    delta.commit(dt, [delta.add_action(wh.table_dir(name), path, day, "ts")], "append")
 
 
 @pytest.fixture
@@ -125,13 +142,17 @@ def wh(tmp_path: Path) -> Warehouse:
 # ---- append / connect ----------------------------------------------------------------------
 
 
-def test_batch_spanning_midnight_lands_in_two_day_dirs(wh: Warehouse) -> None:
+def test_batch_spanning_midnight_is_one_commit_in_two_day_partitions(wh: Warehouse) -> None:
     late, early = at(23, 59, 45, date(2026, 1, 1)), at(0, 0, 0, date(2026, 1, 2))
     batch = pa.table({"ts": [early, late, early], "node": ["a", "b", "c"], "gpu_index": [0, 1, 2]})
     assert wh.append("gpu_samples", batch) == 3
-    assert sorted(wh.day_dirs(wh.table_dir("gpu_samples"))) == [date(2026, 1, 1), date(2026, 1, 2)]
-    first = pq.read_table(files.live_files(day_dir(wh, "gpu_samples", date(2026, 1, 1)))[0].path)
-    second = pq.read_table(files.live_files(day_dir(wh, "gpu_samples", date(2026, 1, 2)))[0].path)
+    assert wh.open("gpu_samples").version() == 1  # version 0 created the table
+    (first_file,) = day_files(wh, "gpu_samples", date(2026, 1, 1))
+    (second_file,) = day_files(wh, "gpu_samples", date(2026, 1, 2))
+    assert first_file.path.parent == day_dir(wh, "gpu_samples", date(2026, 1, 1))
+    first = pq.read_table(first_file.path)
+    second = pq.read_table(second_file.path)
+    assert "day" not in first.column_names  # the partition lives in the path and the log
     assert first.column("node").to_pylist() == ["b"]
     assert sorted(second.column("node").to_pylist()) == ["a", "c"]
     rows = wh.connect().execute("SELECT node, ts FROM gpu_samples ORDER BY node").fetchall()
@@ -206,17 +227,17 @@ def test_a_file_written_before_a_column_was_added_stays_readable_and_compactable
 ) -> None:
     """schema.py promises that adding a column needs no migration: old files lack it."""
     old_day = date(2026, 1, 1)
-    directory = day_dir(wh, "gpu_samples", old_day)
     ts = pa.array([at(1, day=old_day)], pa.timestamp("us", tz="UTC"))
     old = pa.table({"ts": ts, "node": ["n1"], "gpu_index": pa.array([0], pa.int16())})
-    tmp = files.temporary_path(directory)
-    pq.write_table(old.append_column("util", pa.array([0.5], pa.float32())), tmp)
-    files.commit_written(tmp, directory)
+    add_existing_file(
+        wh, "gpu_samples", old.append_column("util", pa.array([0.5], pa.float32())), old_day
+    )
     wh.append("gpu_samples", gpu_rows((at(10), "n1", 0, "j1", 0.25, 0.2, GIB, 50.0, 1.0)))
+    assert pl.read_delta(str(wh.table_dir("gpu_samples"))).height == 2  # NULLs for outsiders too
     wh.compact(settle_s=0)
     con = wh.connect()
     assert con.execute("SELECT sum(samples), sum(util_sum) FROM gpu_hourly").fetchone() == (2, 0.75)
-    assert files.live_files(rollup_day_dir(wh, "gpu_hourly", old_day)), "old day not rolled up"
+    assert day_files(wh, "gpu_hourly", old_day), "old day not rolled up"
 
 
 # ---- rollups -------------------------------------------------------------------------------
@@ -224,26 +245,33 @@ def test_a_file_written_before_a_column_was_added_stays_readable_and_compactable
 
 def test_rollups_by_hand_identical_live_and_after_compaction(wh: Warehouse) -> None:
     load_tiny_day(wh)
-    assert len(files.live_files(day_dir(wh, "gpu_samples"))) == 3
-    assert not wh.rollup_dir("job_gpu_usage").exists()
+    assert len(day_files(wh, "gpu_samples")) == 3
+    assert not wh.table_dir("job_gpu_usage").exists()
     assert_tiny_day_rollups(wh)  # live aggregation over the raw files
 
     result = wh.compact(settle_s=0)
     assert result.merged_files == 3 + 3  # gpu and rdma parts
     assert result.rollup_days == 4  # one day for each of the four rollups
-    assert len(files.live_files(day_dir(wh, "gpu_samples"))) == 1
+    (merged,) = day_files(wh, "gpu_samples")
     for name in ("job_gpu_usage", "gpu_hourly", "job_rdma_usage", "node_rdma_hourly"):
-        assert len(files.live_files(rollup_day_dir(wh, name))) == 1, name
+        (rolled,) = day_files(wh, name)
+        assert (
+            rolled.stem == f"of-{merged.stem}" if "gpu" in name else rolled.stem.startswith("of-")
+        )
     assert_tiny_day_rollups(wh)  # now read from the stored rollup files
 
-    stored, hot = wh._rollup_sources(store.ROLLUPS["job_gpu_usage"])
+    stored, hot = wh.rollup_sources(ROLLUPS["job_gpu_usage"])
     assert (len(stored), hot) == (1, [])
+    # Any Delta reader sees the stored rollup with its day partition.
+    outside = pl.read_delta(str(wh.table_dir("job_rdma_usage")))
+    assert outside.select("job_id", "node", "day", "samples").rows() == [("j1", "n1", DAY, 2)]
 
 
 def test_late_sample_makes_rollup_stale_until_next_compaction(wh: Warehouse) -> None:
     load_tiny_day(wh)
     wh.compact(settle_s=0)
-    rolled = files.live_files(rollup_day_dir(wh, "job_gpu_usage"))
+    rolled = day_files(wh, "job_gpu_usage")
+    before = {f.path for f in day_files(wh, "gpu_samples")}
     wh.append("gpu_samples", gpu_rows((at(10, 30), "n1", 0, "j1", 0.25, 0.2, 30 * GIB, 10.0, 5.0)))
 
     def n1_gpu0() -> tuple:
@@ -257,13 +285,14 @@ def test_late_sample_makes_rollup_stale_until_next_compaction(wh: Warehouse) -> 
         )
 
     assert n1_gpu0() == (4, 1.75, 30 * GIB, 5.0)  # the late sample is aggregated live
-    late = max(files.live_files(day_dir(wh, "gpu_samples")))
-    assert late.path in wh._rollup_sources(store.ROLLUPS["job_gpu_usage"])[1]
+    (late,) = [f for f in day_files(wh, "gpu_samples") if f.path not in before]
+    hot = wh.rollup_sources(ROLLUPS["job_gpu_usage"])[1]
+    assert late in hot and len(hot) == 2  # the whole day is aggregated live, one row per key
 
     result = wh.compact(settle_s=0)
     assert result.rollup_days == 2  # job_gpu_usage and gpu_hourly of that day
-    assert files.live_files(rollup_day_dir(wh, "job_gpu_usage")) != rolled
-    stored, hot = wh._rollup_sources(store.ROLLUPS["job_gpu_usage"])
+    assert day_files(wh, "job_gpu_usage") != rolled
+    stored, hot = wh.rollup_sources(ROLLUPS["job_gpu_usage"])
     assert (len(stored), hot) == (1, [])
     assert n1_gpu0() == (4, 1.75, 30 * GIB, 5.0)
     hourly = wh.connect().execute(
@@ -276,70 +305,83 @@ def test_late_sample_makes_rollup_stale_until_next_compaction(wh: Warehouse) -> 
 # ---- compaction ----------------------------------------------------------------------------
 
 
-def test_many_small_files_merge_into_one_covering_file(wh: Warehouse, monkeypatch) -> None:
+def parquet_on_disk(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.parquet"))
+
+
+def test_many_small_files_merge_into_one_file_in_one_commit(wh: Warehouse, monkeypatch) -> None:
     for i in range(30):
         ts = at(i // 4, (i % 4) * 15)
         wh.append("gpu_samples", gpu_rows((ts, f"n{i % 3}", i % 8, None, i / 100, None, i, 1.0, i)))
     directory = day_dir(wh, "gpu_samples")
-    parts = files.live_files(directory)
+    parts = day_files(wh, "gpu_samples")
     query = "SELECT * FROM gpu_samples ORDER BY ts, node"
     before = wh.connect().execute(query).fetchall()
     assert len(parts) == 30 and len(before) == 30
+    version = wh.open("gpu_samples").version()
 
     result = wh.compact(settle_s=0)
     assert (result.merged_files, result.deleted_files) == (30, 0)
-    (merged,) = files.live_files(directory)
-    assert (merged.first, merged.last) == (parts[0].first, parts[-1].last)
-    assert all(merged.covers(p) for p in parts)
-    assert len(files.data_files(directory)) == 31  # the parts wait out the grace time
+    (merged,) = day_files(wh, "gpu_samples")
+    assert wh.open("gpu_samples").version() == version + 1  # one commit swapped the files
+    assert len(parquet_on_disk(directory)) == 31  # the parts wait out the grace time
     assert wh.connect().execute(query).fetchall() == before
+    assert pl.read_delta(str(wh.table_dir("gpu_samples"))).height == 30  # outsiders too
     merged_ts = pq.read_table(merged.path).column("ts").to_pylist()
     assert merged_ts == sorted(merged_ts), "merged day is sorted by time"
 
     assert wh.compact(settle_s=0).deleted_files == 0  # still inside GRACE_S
-    monkeypatch.setattr(store, "GRACE_S", 0.0)
+    monkeypatch.setattr(maintenance, "GRACE_S", 0)
     assert wh.compact(settle_s=0).deleted_files == 30
-    assert files.data_files(directory) == [merged]
+    assert parquet_on_disk(directory) == [merged.path]
     assert wh.connect().execute(query).fetchall() == before
 
 
-def test_unsettled_files_are_not_merged(wh: Warehouse) -> None:
+def test_todays_files_are_merged_only_once_there_are_many(wh: Warehouse) -> None:
     for minute in range(3):
         wh.append("gpu_samples", gpu_rows((at(10, minute), "n1", 0, None, 0.5, None, 1, 1.0, 1.0)))
-    assert wh.compact(settle_s=3600).merged_files == 0
-    assert len(files.live_files(day_dir(wh, "gpu_samples"))) == 3
+    assert wh.compact(now=at(12)).merged_files == 0
+    assert len(day_files(wh, "gpu_samples")) == 3
 
 
 def test_record_tables_merge_and_keep_the_newest_version(wh: Warehouse) -> None:
-    for i in range(store.MERGE_RECORDS_AT):
-        state = "COMPLETED" if i == store.MERGE_RECORDS_AT - 1 else f"STEP{i}"
+    n = maintenance.MERGE_RECORDS_AT
+    for i in range(n):
+        state = "COMPLETED" if i == n - 1 else f"STEP{i}"
         wh.append("jobs", pl.DataFrame({"job_id": ["1", f"x{i}"], "cluster": "c", "state": state}))
-    assert wh.compact(settle_s=0).merged_files == store.MERGE_RECORDS_AT
-    (merged,) = files.live_files(wh.table_dir("jobs"))
-    stored = pq.read_table(merged.path)
-    assert stored.num_rows == 1 + store.MERGE_RECORDS_AT  # older versions of job 1 dropped
+        # A merge keeps one row per key: outside readers never see old versions.
+        assert pl.read_delta(str(wh.table_dir("jobs"))).height == 2 + i
+    files_before = len(wh.live_files("jobs"))
+    assert wh.compact(settle_s=0).merged_files == (files_before if files_before >= n else 0)
+    stored = pl.read_delta(str(wh.table_dir("jobs")))
+    assert stored.height == 1 + n
+    assert stored.filter(pl.col("job_id") == "1")["state"].to_list() == ["COMPLETED"]
     con = wh.connect()
     assert con.execute("SELECT state FROM jobs WHERE job_id = '1'").fetchall() == [("COMPLETED",)]
-    assert con.execute("SELECT count(*) FROM jobs").fetchone() == (1 + store.MERGE_RECORDS_AT,)
+    assert con.execute("SELECT count(*) FROM jobs").fetchone() == (1 + n,)
 
 
-def test_stale_temporary_file_from_a_killed_writer_is_ignored(wh: Warehouse, monkeypatch) -> None:
+def test_files_of_a_killed_writer_are_ignored_then_removed(wh: Warehouse, monkeypatch) -> None:
     load_tiny_day(wh)
     wh.append("jobs", pl.DataFrame({"job_id": ["1"], "cluster": ["c"]}))
-    good = pq.read_table(files.live_files(day_dir(wh, "gpu_samples"))[0].path)
-    for directory in (day_dir(wh, "gpu_samples"), wh.table_dir("jobs")):
-        # What a SIGKILL mid-write leaves: the first bytes of a Parquet file, under a temp name.
-        tmp = files.temporary_path(directory)
+    good = pq.read_table(day_files(wh, "gpu_samples")[0].path)
+    for day in (DAY, None):
+        table_dir = wh.table_dir("gpu_samples" if day else "jobs")
+        # What a SIGKILL leaves: the first bytes of a file under a temporary name, and a whole
+        # file renamed into place whose commit never happened.
+        tmp = delta.temporary_path(table_dir, day)
         pq.write_table(good, tmp)
         tmp.write_bytes(tmp.read_bytes()[:100])
+        pq.write_table(good, tmp.with_name("part-orphan.parquet"))
     con = wh.connect()
     assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (len(SAMPLES),)
     assert con.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+    assert DeltaTable(str(wh.table_dir("gpu_samples"))).to_pyarrow_dataset().count_rows() == 6
     wh.compact(settle_s=0)
     assert_tiny_day_rollups(wh)
-    monkeypatch.setattr(store, "GRACE_S", 0.0)
+    monkeypatch.setattr(maintenance, "GRACE_S", 0)
     wh.compact(settle_s=0)
-    leftovers = [p for p in wh.root.rglob(f"{files.TMP_PREFIX}*")]
+    leftovers = [p for p in wh.root.rglob("*") if "orphan" in p.name or p.suffix == ".tmp"]
     assert leftovers == []
 
 
@@ -356,6 +398,8 @@ def test_retention_drops_raw_days_only_when_rolled_up(wh: Warehouse) -> None:
     wh.compact(settle_s=0)
     removed = wh.apply_retention(raw_days=7, now=now)
     assert removed == [day_dir(wh, "gpu_samples"), day_dir(wh, "rdma_samples")]
+    assert day_files(wh, "gpu_samples") == []
+    assert [f.stem[:5] for f in day_files(wh, "job_gpu_usage")] == ["kept-"]
     con = wh.connect()
     assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (1,)  # only Jan 20
     assert_tiny_day_rollups(wh)  # the summaries outlive the raw samples
@@ -390,22 +434,77 @@ def test_late_sample_after_retention_keeps_the_rolled_up_numbers(wh: Warehouse) 
 # ---- migrations ----------------------------------------------------------------------------
 
 
-def test_version_1_warehouse_is_upgraded_and_gets_rollups(tmp_path: Path, monkeypatch) -> None:
-    root = tmp_path / "old"
-    wh = Warehouse(root)
-    # A version-1 warehouse was written long ago: its files carry old sequence numbers.
-    clock = iter(range(10**18, 10**18 + 10**6))
-    with monkeypatch.context() as m:
-        m.setattr(files, "next_sequence", lambda: next(clock))
-        load_tiny_day(wh)
-    (root / migrations.META).write_text(json.dumps({"schema_version": 1}))
-    assert not wh.rollup_dir("job_gpu_usage").exists()
+def write_legacy(directory: Path, data: pa.Table, first: int, last: int) -> None:
+    """A file as the old format named it: the range of write sequence numbers it holds."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(data, directory / f"{first:020d}-{last:020d}-{first:08x}.parquet")
 
-    upgraded = Warehouse(root)
-    assert migrations.read_version(upgraded) == migrations.CURRENT_VERSION == 2
-    assert len(files.live_files(rollup_day_dir(upgraded, "job_gpu_usage"))) == 1
-    assert len(files.live_files(day_dir(upgraded, "gpu_samples"))) == 1
-    assert_tiny_day_rollups(upgraded)
+
+def old_format_warehouse(root: Path, version: int = 2) -> None:
+    """The tiny day as the old format left it: three scrape files superseded by their merge
+    (which gained a physical `day` column), two versions of a job, a dead temporary, and the
+    stored rollup of a day whose raw samples retention had deleted."""
+    scrapes = sorted({r[0] for r in SAMPLES})
+    gpu_dir = root / "gpu_samples" / f"day={DAY.isoformat()}"
+    parts = [
+        conform(table("gpu_samples"), gpu_rows(*(r for r in SAMPLES if r[0] == ts)))
+        for ts in scrapes
+    ]
+    for seq, part in enumerate(parts, start=1):
+        write_legacy(gpu_dir, part, seq, seq)
+    merged = pa.concat_tables(parts)
+    merged = merged.append_column("day", pa.array([DAY] * merged.num_rows, pa.date32()))
+    write_legacy(gpu_dir, merged, 1, 3)
+    (gpu_dir / ".tmp-dead.parquet").write_bytes(b"PAR1 cut short")
+    for seq, (ts, node, job, tx, rx) in enumerate(RDMA, start=10):
+        rdma = {"ts": [ts], "node": [node], "device": ["mlx5_0"], "port": [1], "job_id": [job]}
+        rdma |= {"tx_delta_bytes": [tx], "rx_delta_bytes": [rx]}
+        rows = conform(table("rdma_samples"), pa.table(rdma))
+        write_legacy(root / "rdma_samples" / f"day={DAY.isoformat()}", rows, seq, seq)
+    for seq, state in enumerate(["RUNNING", "COMPLETED"], start=20):
+        job = {"job_id": ["7"], "cluster": ["c"], "state": [state], "recorded_at": [at(seq - 10)]}
+        write_legacy(root / "jobs", conform(table("jobs"), pa.table(job)), seq, seq)
+    gone = date(2025, 12, 1)
+    hour = pa.array([datetime(2025, 12, 1, 3, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))
+    kept = {"hour": hour, "cluster": ["c"], "node": ["n9"], "tx_bytes": [5], "rx_bytes": [7]}
+    write_legacy(root / "_rollups" / "node_rdma_hourly" / f"day={gone}", pa.table(kept), 30, 30)
+    (root / migrations.META).write_text(json.dumps({"schema_version": version}))
+
+
+def assert_converted(root: Path) -> None:
+    wh = Warehouse(root)
+    assert migrations.read_version(wh) == migrations.CURRENT_VERSION == 3
+    assert not (root / "_rollups").exists()
+    assert_tiny_day_rollups(wh)
+    con = wh.connect()
+    assert con.execute("SELECT count(*) FROM gpu_samples").fetchone() == (len(SAMPLES),)
+    assert con.execute("SELECT state FROM jobs").fetchall() == [("COMPLETED",)]
+    assert con.execute(
+        "SELECT tx_bytes, rx_bytes FROM node_rdma_hourly WHERE day = DATE '2025-12-01'"
+    ).fetchall() == [(5, 7)]
+    for name, rows in (("gpu_samples", len(SAMPLES)), ("jobs", 1), ("rdma_samples", 3)):
+        assert pl.read_delta(str(root / name)).height == rows, name
+    assert DeltaTable(str(root / "gpu_samples")).to_pyarrow_dataset().count_rows() == 6
+    gpu_dir = root / "gpu_samples" / f"day={DAY.isoformat()}"
+    assert not list(gpu_dir.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_old_format_warehouse_is_converted_in_place(tmp_path: Path, version: int) -> None:
+    old_format_warehouse(tmp_path / "old", version)
+    assert_converted(tmp_path / "old")
+
+
+@pytest.mark.parametrize("step", ["upgrade-adopting:3", "upgrade-adopted:5", "data-renamed:1"])
+def test_an_interrupted_upgrade_resumes_and_keeps_every_row(tmp_path: Path, step: str) -> None:
+    root = tmp_path / "old"
+    old_format_warehouse(root)
+    script = f"from warehouse.store import Warehouse; Warehouse({str(root)!r})"
+    env = os.environ | {"SING_TEST_CRASH_AT": step}
+    killed = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert migrations.read_version_of(root) == 2
+    assert_converted(root)
 
 
 def test_new_warehouse_starts_at_current_version(tmp_path: Path) -> None:
@@ -426,26 +525,54 @@ def test_newer_warehouse_than_supported_is_a_clear_error(tmp_path: Path) -> None
 # ---- other engines -------------------------------------------------------------------------
 
 
-def test_documented_external_reader_sql_counts_each_row_once(wh: Warehouse) -> None:
-    """docs/warehouse.md tells Spark/Trino/DuckDB users how to skip superseded files: keep it true
-    while a merged file and its parts coexist (grace window) and a dead temporary lies around."""
+def outside_counts(root: Path, name: str) -> tuple[int, int, int]:
+    """Rows of a table as three engines that are not sing read it: polars, pyarrow, and DuckDB
+    over the files the Delta log lists."""
+    path = str(root / name)
+    uris = DeltaTable(path).file_uris()
+    con = duckdb.connect()
+    duck = con.execute(f"SELECT count(*) FROM read_parquet({uris!r}, hive_partitioning = false)")
+    return (
+        pl.read_delta(path).height,
+        DeltaTable(path).to_pyarrow_dataset().count_rows(),
+        duck.fetchone()[0],
+    )
+
+
+def test_outside_engines_count_what_sing_counts_during_and_after_compaction(
+    wh: Warehouse, monkeypatch
+) -> None:
+    """The issue's double counting: merged files and their parts coexist until vacuum, and
+    records had several versions. Read through the log, every engine agrees with sing."""
     load_tiny_day(wh)
-    wh.compact(settle_s=0)
+    for state in ("RUNNING", "COMPLETED"):
+        wh.append("jobs", pl.DataFrame({"job_id": ["7"], "cluster": ["c"], "state": [state]}))
+    wh.compact(settle_s=0)  # parts removed from the log, still on disk (grace)
     wh.append("gpu_samples", gpu_rows((at(12), "n1", 0, "j1", 0.25, 0.2, GIB, 1.0, 1.0)))
-    files.temporary_path(day_dir(wh, "gpu_samples")).write_bytes(b"PAR1 cut short")
-    assert len(files.data_files(day_dir(wh, "gpu_samples"))) == 5  # 3 parts, merged, late one
-    doc = (Path(__file__).parent.parent / "docs" / "warehouse.md").read_text()
-    sql = doc.split("```sql\n")[1].split("```")[0].replace("ROOT", str(wh.root))
-    assert duckdb.sql(sql).fetchall() == [(len(SAMPLES) + 1,)]
+    assert len(parquet_on_disk(day_dir(wh, "gpu_samples"))) == 5  # 3 parts, merged, late one
+    raw = ("gpu_samples", "rdma_samples", "jobs")
+    con = wh.connect()
+    for name in raw:
+        (sing,) = con.execute(f"SELECT count(*) FROM {name}").fetchone()
+        assert outside_counts(wh.root, name) == (sing, sing, sing), name
+    monkeypatch.setattr(maintenance, "GRACE_S", 0)
+    wh.compact(settle_s=0)  # merges the late sample in, rebuilds the day's rollups, vacuums
+    assert len(parquet_on_disk(day_dir(wh, "gpu_samples"))) == 1
+    assert outside_counts(wh.root, "gpu_samples") == (7, 7, 7)
+    assert outside_counts(wh.root, "jobs") == (1, 1, 1)
+    con = wh.connect()
+    for name in ROLLUPS:  # every day closed and stored: the rollup tables are the whole view
+        (sing,) = con.execute(f"SELECT count(*) FROM {name}").fetchone()
+        assert outside_counts(wh.root, name) == (sing, sing, sing), name
 
 
 def test_cleanup_skips_a_temporary_renamed_into_place_meanwhile(
     tmp_path: Path, monkeypatch
 ) -> None:
     """A writer may rename its temporary between the compactor's listing and its stat()."""
-    gone = tmp_path / f"{files.TMP_PREFIX}renamed.parquet"  # listed, then renamed away
-    stale = tmp_path / f"{files.TMP_PREFIX}stale.parquet"
+    gone = tmp_path / ".part-renamed.tmp"  # listed, then renamed away
+    stale = tmp_path / ".part-stale.tmp"
     stale.write_bytes(b"left by a killed writer")
-    monkeypatch.setattr(Path, "iterdir", lambda self: iter([gone, stale]))
-    assert files.remove_stale_temporaries(tmp_path, older_than_s=-1) == 1
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: iter([gone, stale]))
+    assert files.remove_stale_temporaries(tmp_path, ".tmp", older_than_s=-1) == 1
     assert not stale.exists()

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sing.errors import UserError
+from warehouse import upgrade
 
 if TYPE_CHECKING:
     from warehouse.store import Warehouse
@@ -24,17 +26,20 @@ META = "_meta.json"
 
 
 def _roll_up_closed_days(wh: Warehouse) -> None:
-    """Version 2 added the rollup tier: build rollups for every closed day already stored."""
-    wh.compact()
+    """Version 2 added the rollup tier; the step to version 3 ends by building every rollup."""
 
 
-# STEPS[n] upgrades a warehouse from version n to n + 1.
-STEPS: dict[int, Callable[[Warehouse], None]] = {1: _roll_up_closed_days}
-CURRENT_VERSION = 2
+# STEPS[n] upgrades a warehouse from version n to n + 1. Version 3: Delta Lake tables.
+STEPS: dict[int, Callable[[Warehouse], None]] = {1: _roll_up_closed_days, 2: upgrade.to_delta}
+CURRENT_VERSION = 3
 
 
 def read_version(wh: Warehouse) -> int | None:
-    path = wh.root / META
+    return read_version_of(wh.root)
+
+
+def read_version_of(root: Path) -> int | None:
+    path = root / META
     if not path.exists():
         return None
     return int(json.loads(path.read_text())["schema_version"])

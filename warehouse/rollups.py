@@ -11,6 +11,14 @@ Every rollup keeps the samples' `cluster` (NULL in samples written before sample
 readers take NULL as the warehouse's only cluster, see `warehouse.analytics.HOME_CLUSTER`), so
 job ids and node names of different clusters never mix.
 
+Which days are stored: every rollup is a Delta table partitioned by day, and each of its files
+summarises exactly one raw data file of the source table, named in the rollup file's name:
+`of-<raw file>` while that raw file is live, `kept-<raw file>` once retention removed the raw
+file (the summary is then all that is left). Raw files are immutable and never reused, so a
+rollup file of a live raw file is exact; a raw file that compaction removed makes its `of-`
+rollup stale (its rows live on in the merged file). `plan_day` applies that rule per day, so the
+view is exact before and after compaction, with late samples and after retention.
+
 Energy is kept two ways: the sum of the per-sample counter deltas (`energy_delta_j`, resets
 already handled by the writer) with the day's first delta, so a reader can leave out each GPU's
 first sample of a job (its delta reaches back before the job); and the counter's min/max, the
@@ -21,7 +29,9 @@ a blind spot reads as unknown instead of too small.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 # A sample below this utilisation counts as an idle sample (the GPU did essentially nothing).
 IDLE_SAMPLE_UTIL = 0.01
@@ -68,7 +78,7 @@ ROLLUPS: dict[str, Rollup] = {
             "gpu_hourly",
             "gpu_samples",
             """
-            SELECT date_trunc('hour', ts) AS hour, cluster, node, gpu_index,
+            SELECT date_trunc('hour', ts) AS hour, ts::DATE AS day, cluster, node, gpu_index,
                    count(*) AS samples,
                    count(job_id) AS assigned_samples,
                    sum(util) AS util_sum,
@@ -103,7 +113,7 @@ ROLLUPS: dict[str, Rollup] = {
             "node_rdma_hourly",
             "rdma_samples",
             """
-            SELECT date_trunc('hour', ts) AS hour, cluster, node,
+            SELECT date_trunc('hour', ts) AS hour, ts::DATE AS day, cluster, node,
                    sum(tx_delta_bytes)::BIGINT AS tx_bytes,
                    sum(rx_delta_bytes)::BIGINT AS rx_bytes
             FROM src
@@ -117,3 +127,33 @@ ROLLUPS: dict[str, Rollup] = {
 
 def rollups_of(source: str) -> list[Rollup]:
     return [r for r in ROLLUPS.values() if r.source == source]
+
+
+OF = "of-"  # the rollup of a live raw file
+KEPT = "kept-"  # the rollup of a raw file retention removed
+
+
+class NamedFile(Protocol):
+    @property
+    def stem(self) -> str: ...
+
+
+F = TypeVar("F", bound=NamedFile)
+R = TypeVar("R", bound=NamedFile)
+
+
+def plan_day(raw: Sequence[F], rolled: Sequence[R]) -> tuple[list[R], list[F]]:
+    """(stored rollup files, raw files to aggregate live) for one day of one rollup.
+
+    `kept-` files always count, and their raw file (still live only in the moment between the
+    two commits of retention) is never aggregated again. The day's other raw files are either
+    all summarised by current `of-` files, which are then read, or all aggregated live, so a
+    late sample yields one row per key, not a stored and a live one."""
+    kept = [r for r in rolled if r.stem.startswith(KEPT)]
+    kept_sources = {r.stem.removeprefix(KEPT) for r in kept}
+    pending = [f for f in raw if f.stem not in kept_sources]
+    pending_stems = {f.stem for f in pending}
+    current = [r for r in rolled if r.stem.startswith(OF) and r.stem[len(OF) :] in pending_stems]
+    if {r.stem[len(OF) :] for r in current} == pending_stems:
+        return kept + current, []
+    return kept, pending

@@ -1,0 +1,305 @@
+"""The Delta tables' guarantees with real processes: a writer or compactor SIGKILLed at every step
+of a commit loses at most its unacknowledged batch; fsyncs come in the order that makes a
+returned commit survive power loss; the log stays bounded; merges keep one row per key.
+
+This file doubles as the worker program: `python -m tests.test_warehouse_delta ROLE ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from warehouse import delta, maintenance
+from warehouse.store import Warehouse
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = datetime(2026, 1, 1, 23, 0, tzinfo=UTC)
+ROWS = 64
+
+
+def samples(index: int) -> pa.Table:
+    """Batch `index`: ROWS samples a second apart stamped with the batch id, four batches a day
+    from 23:00; the fourth spans midnight."""
+    minute = 59 if index % 4 == 3 else (index % 4) * 10
+    ts = BASE + timedelta(days=index // 4, minutes=minute)
+    times = [ts + timedelta(seconds=r) for r in range(ROWS)]
+    return pa.table(
+        {
+            "ts": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "node": [f"n{r % 4}" for r in range(ROWS)],
+            "gpu_index": pa.array([r % 8 for r in range(ROWS)], pa.int16()),
+            "gpu_uuid": [f"b{index}"] * ROWS,
+            "job_id": [f"j{index % 5}"] * ROWS,
+        }
+    )
+
+
+def job(index: int) -> pa.Table:
+    return pa.table({"job_id": [f"j{index}", "shared"], "cluster": ["c", "c"]})
+
+
+# ---- the worker processes --------------------------------------------------------------------
+
+
+def run_writer(root: str, kind: str, first: int, count: int) -> None:
+    """Append batches first.. first+count-1; print each index once append() has returned."""
+    wh = Warehouse(root)
+    for index in range(first, first + count):
+        if kind == "samples":
+            wh.append("gpu_samples", samples(index))
+        else:
+            wh.append("jobs", job(index))
+        print(index, flush=True)
+
+
+def run_compact(root: str) -> None:
+    Warehouse(root).compact(now=datetime(2026, 3, 1, tzinfo=UTC))
+    print("done", flush=True)
+
+
+def spawn(role: str, *args: object, crash_at: str = "") -> subprocess.CompletedProcess:
+    env = os.environ | {"SING_TEST_CRASH_AT": crash_at}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.test_warehouse_delta", role, *map(str, args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def outside_counts(root: Path, name: str) -> list[int]:
+    """Rows of a table through polars, pyarrow, and DuckDB over the files the log lists."""
+    path = str(root / name)
+    uris = DeltaTable(path).file_uris()
+    con = duckdb.connect()
+    duck = con.execute(f"SELECT count(*) FROM read_parquet({uris!r}, hive_partitioning = false)")
+    return [
+        pl.read_delta(path).height,
+        DeltaTable(path).to_pyarrow_dataset().count_rows(),
+        duck.fetchone()[0],
+    ]
+
+
+def batch_ids(wh: Warehouse) -> set[int]:
+    """Batch ids present, each checked whole and once."""
+    con = wh.connect()
+    bad = con.execute(
+        "SELECT gpu_uuid, count(*) FROM gpu_samples GROUP BY ALL HAVING count(*) <> ?", [ROWS]
+    ).fetchall()
+    assert bad == [], f"partial or doubled batches: {bad}"
+    total, ids = con.execute(
+        "SELECT count(*), count(DISTINCT gpu_uuid) FROM gpu_samples"
+    ).fetchone()
+    assert outside_counts(wh.root, "gpu_samples") == [total] * 3
+    return {
+        int(u[1:]) for (u,) in con.execute("SELECT DISTINCT gpu_uuid FROM gpu_samples").fetchall()
+    }
+
+
+# ---- a writer killed at every step of a commit -------------------------------------------------
+
+SAMPLE_STEPS = ["data-written", "data-renamed", "committed", "log-synced"]
+
+
+@pytest.mark.parametrize("step", SAMPLE_STEPS)
+def test_sample_writer_killed_at_each_step_loses_only_its_unacknowledged_batch(
+    tmp_path: Path, step: str
+) -> None:
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    wh.append("gpu_samples", samples(0))  # the table exists, so every step below is an append's
+    # The 3rd time the step is reached, the writer dies: two batches were acknowledged.
+    out = spawn("writer", root, "samples", 1, 5, crash_at=f"{step}:3")
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    acknowledged = {0, *map(int, out.stdout.split())}
+    present = batch_ids(Warehouse(root))
+    assert acknowledged <= present, f"acknowledged batches lost: {acknowledged - present}"
+    assert present - acknowledged <= {max(acknowledged) + 1}, "only the in-flight batch may land"
+    # The warehouse goes on: appends, compaction, and the debris is cleaned up.
+    wh.append("gpu_samples", samples(99))
+    maintenance.GRACE_S = 0
+    try:
+        wh.compact(now=datetime(2026, 3, 1, tzinfo=UTC))
+    finally:
+        maintenance.GRACE_S = 3600
+    assert batch_ids(wh) == present | {99}
+    assert not list(root.rglob("*.tmp")), "temporaries of the killed writer removed"
+    on_disk = set((root / "gpu_samples").glob("day=*/*.parquet"))
+    assert on_disk == {f.path for f in wh.live_files("gpu_samples")}, "orphans vacuumed"
+
+
+@pytest.mark.parametrize("step", ["merge-committed", "log-synced"])
+def test_record_writer_killed_mid_merge_keeps_one_row_per_key(tmp_path: Path, step: str) -> None:
+    root = tmp_path / "wh"
+    Warehouse(root).append("jobs", job(0))
+    out = spawn("writer", root, "jobs", 1, 5, crash_at=f"{step}:3")
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    acknowledged = {0, *map(int, out.stdout.split())}
+    wh = Warehouse(root)
+    jobs = {j for (j,) in wh.connect().execute("SELECT job_id FROM jobs").fetchall()}
+    assert {f"j{i}" for i in acknowledged} | {"shared"} <= jobs
+    assert len(jobs) - len(acknowledged) - 1 <= 1, "only the in-flight merge may land"
+    assert outside_counts(root, "jobs") == [len(jobs)] * 3  # "shared": still one row
+    wh.append("jobs", job(50))
+    assert outside_counts(root, "jobs") == [len(jobs) + 1] * 3
+
+
+@pytest.mark.parametrize(
+    "step",
+    ["data-written", "compaction-committed", "rollup-committed", "checkpoint-written", "vacuumed"],
+)
+def test_compactor_killed_at_each_step_leaves_exact_data(tmp_path: Path, step: str) -> None:
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    for index in range(12):
+        wh.append("gpu_samples", samples(index))
+    before = batch_ids(wh)
+    out = spawn("compact", root, crash_at=f"{step}:1")
+    assert out.returncode == -signal.SIGKILL, (out.stdout, out.stderr)
+    assert batch_ids(Warehouse(root)) == before
+    rolled = "SELECT sum(samples) FROM job_gpu_usage"
+    Warehouse(root).compact(now=datetime(2026, 3, 1, tzinfo=UTC))
+    assert batch_ids(Warehouse(root)) == before
+    assert Warehouse(root).connect().execute(rolled).fetchone() == (12 * ROWS,)
+
+
+# ---- durability order --------------------------------------------------------------------------
+
+
+def test_append_fsyncs_data_before_commit_and_log_before_returning(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """What makes a returned append survive power loss: the data file and its directory are
+    durable before the commit names them; the log entry and `_delta_log/` before return."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("gpu_samples", samples(0))
+    events: list[str] = []
+    real_fsync, real_commit = delta.files.fsync_path, DeltaTable.create_write_transaction
+
+    def fsync(path: Path) -> None:
+        kind = "log" if path.name.endswith(".json") else "data" if path.is_file() else "dir"
+        events.append(f"fsync {kind} {path.name if kind == 'dir' else ''}".strip())
+        real_fsync(path)
+
+    def commit(self, *args, **kwargs):
+        events.append("commit")
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(delta.files, "fsync_path", fsync)
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", commit)
+    wh.append("gpu_samples", samples(3))  # spans midnight: two data files, one commit
+    assert events == [
+        "fsync data",
+        "fsync dir day=2026-01-01",
+        "fsync data",
+        "fsync dir day=2026-01-02",
+        "commit",
+        "fsync log",
+        "fsync dir _delta_log",
+    ]
+
+
+def test_merge_files_and_log_are_fsynced_before_append_returns(tmp_path: Path, monkeypatch) -> None:
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", job(0))
+    synced: list[Path] = []
+    real_fsync = delta.files.fsync_path
+    monkeypatch.setattr(delta.files, "fsync_path", lambda p: (synced.append(p), real_fsync(p)))
+    wh.append("jobs", job(1))
+    dt = wh.open("jobs")
+    newest = {f.path for f in delta.live_files(dt)} - set(synced)
+    assert newest == set(), f"files of the merge not fsynced: {newest}"
+    assert synced[-2:] == [delta.log_entry(wh.table_dir("jobs"), dt.version()), synced[-1]]
+    assert synced[-1].name == "_delta_log"
+
+
+# ---- records -----------------------------------------------------------------------------------
+
+
+def test_merge_into_a_big_table_keeps_one_row_per_key(tmp_path: Path) -> None:
+    """Over 8192 rows (delta-rs 1.6.0 wrongly saw duplicate source rows there), a key of three
+    columns, and an older recorded_at loses."""
+    wh = Warehouse(tmp_path / "wh")
+    ids = [f"{i}" for i in range(10_000)]
+    wh.append(
+        "jobs", pa.table({"job_id": ids, "cluster": ["c"] * len(ids), "state": ["R"] * 10_000})
+    )
+    wh.append(
+        "jobs", pa.table({"job_id": ids[:9000], "cluster": ["c"] * 9000, "state": ["D"] * 9000})
+    )
+    old = datetime(2020, 1, 1, tzinfo=UTC)
+    stale = {"job_id": ["1"], "cluster": ["c"], "state": ["OLD"], "recorded_at": [old]}
+    wh.append("jobs", pa.table(stale))
+    node = {"node": ["n1"], "cluster": ["c"], "gpus": pa.array([4], pa.int16())}
+    node["valid_from"] = pa.array([old], pa.timestamp("us", tz="UTC"))
+    wh.append("nodes", pa.table(node))
+    wh.append("nodes", pa.table(node | {"gpus": pa.array([8], pa.int16())}))
+    con = wh.connect()
+    assert con.execute("SELECT state, count(*) FROM jobs GROUP BY ALL ORDER BY 1").fetchall() == [
+        ("D", 9000),
+        ("R", 1000),
+    ]
+    assert con.execute("SELECT gpus FROM nodes").fetchall() == [(8,)]
+    assert outside_counts(wh.root, "jobs") == [10_000] * 3
+
+
+def test_a_process_that_merged_exits_cleanly(tmp_path: Path) -> None:
+    """delta-rs can abort at interpreter exit after a merge unless the tables are dropped first
+    (the atexit hook in warehouse.delta)."""
+    root = tmp_path / "wh"
+    for run in range(4):
+        out = spawn("writer", root, "jobs", run * 10, 3)
+        assert out.returncode == 0, out.stderr
+
+
+# ---- the log stays bounded ----------------------------------------------------------------------
+
+
+def test_log_stays_bounded_under_many_small_commits(tmp_path: Path) -> None:
+    """The collector's 15 s commits, shortened: a checkpoint every 10 commits or more, and log
+    entries (and checkpoints) older than a day are dropped back to the newest checkpoint before
+    that day, as the Delta protocol allows. So the log holds about one day of entries."""
+    wh = Warehouse(tmp_path / "wh")
+    log_dir = wh.table_dir("gpu_samples") / "_delta_log"
+    for index in range(120):
+        wh.append("gpu_samples", samples(index))
+        if index % 20 == 19:
+            maintenance.tidy(wh, "gpu_samples")
+    assert len(list(log_dir.glob("*.json"))) > 100
+    day_ago = time.time() - 2 * 86_400
+    for entry in log_dir.glob("0*"):  # every entry and checkpoint so far is two days old
+        os.utime(entry, (day_ago, day_ago))
+    for index in range(120, 135):
+        wh.append("gpu_samples", samples(index))
+    maintenance.tidy(wh, "gpu_samples")
+    assert len(list(log_dir.glob("*.json"))) <= 3 * maintenance.CHECKPOINT_EVERY
+    assert len(list(log_dir.glob("*.checkpoint.parquet"))) <= 2
+    assert Warehouse(wh.root).connect().execute("SELECT count(*) FROM gpu_samples").fetchone() == (
+        135 * ROWS,
+    )
+    assert outside_counts(wh.root, "gpu_samples") == [135 * ROWS] * 3
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    if role == "writer":
+        run_writer(args[0], args[1], int(args[2]), int(args[3]))
+    elif role == "compact":
+        run_compact(args[0])

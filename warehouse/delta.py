@@ -1,0 +1,367 @@
+"""Delta Lake tables on local disk: the only module that talks to deltalake (delta-rs).
+
+Why sing writes its own data files: delta-rs 1.6 never fsyncs. So sing writes each Parquet file
+itself (fsync, rename, fsync of the directory), commits the files with one
+`create_write_transaction`, then fsyncs the new log entry and `_delta_log/`. A log entry thus
+only ever points at durable data, and once a commit returns, it and every commit before it
+survive a power loss. Merges (record upserts) are written by delta-rs; their files and log entry
+are fsynced right after the commit, before `append` returns, under the table's lock.
+
+Checkpoints and log clean-up are never left to commit hooks (`NO_HOOKS`): maintenance writes
+them after fsync, so a checkpoint never summarises entries that could still be lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
+from deltalake.transaction import AddAction, RemoveAction
+
+from warehouse import files
+
+# Old log entries go once a checkpoint covers them and they are a day old; removed data files
+# are deleted by vacuum an hour after their removal (longer than any reader's query).
+CONFIG = {
+    "delta.logRetentionDuration": "interval 1 days",
+    "delta.deletedFileRetentionDuration": "interval 1 hours",
+    "delta.enableExpiredLogCleanup": "false",
+    "delta.checkpointInterval": "10",  # for outside writers; sing checkpoints in maintenance
+}
+NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+DAY = "day"
+DATA_PREFIX = "part-"
+TMP_SUFFIX = ".tmp"
+
+_tables: dict[Path, DeltaTable] = {}
+_synced: dict[Path, int] = {}  # per table: every log entry up to this version is fsynced
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """One data file of the table's current snapshot."""
+
+    path: Path  # absolute
+    relative: str  # as the log names it
+    day: date | None
+    size: int
+    rows: int
+    max_time: object  # the time column's maximum from the file's stats, if any
+
+    @property
+    def stem(self) -> str:
+        return Path(self.relative).stem
+
+
+# ---- crash points for tests ----------------------------------------------------------------
+
+_CRASH_AT = os.environ.get("SING_TEST_CRASH_AT", "")
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """SIGKILL this process at the n-th `step` when SING_TEST_CRASH_AT=step:n (tests only)."""
+    if not _CRASH_AT:
+        return
+    name, _, nth = _CRASH_AT.partition(":")
+    if name != step:
+        return
+    _crash_counts[step] = _crash_counts.get(step, 0) + 1
+    if _crash_counts[step] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---- opening -------------------------------------------------------------------------------
+
+
+def open_table(path: Path) -> DeltaTable | None:
+    """The table at `path` at its newest version (cached per process), or None if none yet."""
+    dt = _tables.get(path)
+    if dt is None:
+        if not DeltaTable.is_deltatable(str(path)):
+            return None
+        dt = _tables[path] = DeltaTable(str(path))
+        _synced.setdefault(path, dt.version())
+    else:
+        dt.update_incremental()
+    return dt
+
+
+def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str]) -> DeltaTable:
+    """Open the table, creating it empty first if it does not exist."""
+    dt = open_table(path)
+    if dt is not None:
+        return dt
+    try:
+        DeltaTable.create(
+            str(path),
+            schema,
+            mode="ignore",
+            partition_by=partition_by or None,
+            configuration=CONFIG,
+            post_commithook_properties=NO_HOOKS,
+        )
+    except Exception:  # another process created it meanwhile
+        if not DeltaTable.is_deltatable(str(path)):
+            raise
+    _synced[path] = -1
+    dt = open_table(path)
+    assert dt is not None
+    sync_log(dt)
+    return dt
+
+
+def table_schema(schema: pa.Schema, partitioned: bool) -> pa.Schema:
+    """The Delta schema: the table's columns, plus `day` for tables partitioned by day."""
+    return schema.append(pa.field(DAY, pa.date32())) if partitioned else schema
+
+
+# ---- writing data files ----------------------------------------------------------------------
+
+
+def write_files(
+    table_dir: Path, parts: list[tuple[date | None, pa.Table]], time_column: str | None
+) -> list[AddAction]:
+    """Write each (day, rows) part as durable Parquet files; big parts in parallel threads."""
+    jobs = []
+    for day, part in parts:
+        pieces = max(1, min(files.WRITER_THREADS, part.num_rows // files.PARALLEL_WRITE_ROWS))
+        size = -(-part.num_rows // pieces)
+        jobs += [(day, part.slice(i * size, size)) for i in range(pieces)]
+    if len(jobs) == 1 or all(p.num_rows < files.PARALLEL_WRITE_ROWS for _, p in jobs):
+        return [write_file(table_dir, day, part, time_column) for day, part in jobs]
+    with ThreadPoolExecutor(files.WRITER_THREADS) as pool:
+        return list(pool.map(lambda j: write_file(table_dir, j[0], j[1], time_column), jobs))
+
+
+def write_file(
+    table_dir: Path, day: date | None, rows: pa.Table, time_column: str | None
+) -> AddAction:
+    """One Parquet file, durable under its final name before anything refers to it."""
+    tmp = temporary_path(table_dir, day)
+    files.write_parquet(rows, tmp)
+    return publish(table_dir, day, tmp, time_column)
+
+
+def temporary_path(table_dir: Path, day: date | None) -> Path:
+    directory = table_dir / f"{DAY}={day.isoformat()}" if day else table_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f".{DATA_PREFIX}{uuid.uuid4().hex}{TMP_SUFFIX}"
+
+
+def publish(
+    table_dir: Path, day: date | None, tmp: Path, time_column: str | None, name: str | None = None
+) -> AddAction:
+    """fsync a finished temporary file, rename it to its final name, fsync the directory."""
+    crash_point("data-written")
+    files.fsync_path(tmp)
+    final = tmp.with_name(name or tmp.name[1:].removesuffix(TMP_SUFFIX) + ".parquet")
+    os.replace(tmp, final)
+    crash_point("data-renamed")
+    files.fsync_path(final.parent)
+    return add_action(table_dir, final, day, time_column)
+
+
+def add_action(table_dir: Path, path: Path, day: date | None, time_column: str | None) -> AddAction:
+    """The log's record of a file: size, partition, and stats (row count, time range)."""
+    meta = pq.read_metadata(path)
+    stats: dict = {"numRecords": meta.num_rows}
+    if time_column and meta.num_rows:
+        index = meta.schema.to_arrow_schema().get_field_index(time_column)
+        if index >= 0:
+            ranges = [
+                meta.row_group(i).column(index).statistics for i in range(meta.num_row_groups)
+            ]
+            if all(s is not None and s.has_min_max for s in ranges):
+                fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+                stats["minValues"] = {time_column: min(s.min for s in ranges).strftime(fmt)}
+                stats["maxValues"] = {time_column: max(s.max for s in ranges).strftime(fmt)}
+    return AddAction(
+        path=path.relative_to(table_dir).as_posix(),
+        size=path.stat().st_size,
+        partition_values={DAY: day.isoformat()} if day else {},
+        modification_time=int(time.time() * 1000),
+        data_change=True,
+        stats=json.dumps(stats),
+    )
+
+
+def remove_action(f: LiveFile, data_change: bool = True) -> RemoveAction:
+    return RemoveAction(
+        f.relative,
+        data_change,
+        int(time.time() * 1000),
+        f.size,
+        {DAY: f.day.isoformat()} if f.day else {},
+    )
+
+
+# ---- committing --------------------------------------------------------------------------------
+
+
+def commit(dt: DeltaTable, actions: list[AddAction | RemoveAction], op: str, **meta: object) -> int:
+    """Commit actions on files already durable; returns once the log entry is durable too."""
+    dt.create_write_transaction(
+        actions,
+        mode="append",
+        schema=dt.schema(),
+        partition_by=dt.metadata().partition_columns or None,
+        commit_properties=CommitProperties(custom_metadata={"sing.op": op} | meta),
+        post_commithook_properties=NO_HOOKS,
+    )
+    crash_point("committed")
+    return sync_log(dt)
+
+
+def merge(dt: DeltaTable, batch: pa.Table, key: tuple[str, ...]) -> int:
+    """Upsert `batch` (one row per key): a newer `recorded_at` replaces the stored row.
+
+    The caller holds the table's lock, so the only commit that can be not yet durable is this
+    one, and it is made durable (its new files, then its log entry) before this returns."""
+    before = dt.version()
+    predicate = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in key)
+    (
+        dt.merge(
+            batch,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=CommitProperties(custom_metadata={"sing.op": "upsert"}),
+            post_commithook_properties=NO_HOOKS,
+        )
+        .when_matched_update_all(predicate="s.recorded_at > t.recorded_at")
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    crash_point("merge-committed")
+    sync_added_files(dt, before)
+    return sync_log(dt)
+
+
+def sync_added_files(dt: DeltaTable, after: int) -> None:
+    """fsync the data files that delta-rs added in the versions after `after`."""
+    root = Path(dt.table_uri.removeprefix("file://"))
+    directories = set()
+    for version in range(after + 1, dt.version() + 1):
+        for line in log_entry(root, version).read_text().splitlines():
+            added = json.loads(line).get("add")
+            if added:
+                path = root / added["path"]
+                files.fsync_path(path)
+                directories.add(path.parent)
+    for directory in directories:
+        files.fsync_path(directory)
+
+
+def sync_log(dt: DeltaTable) -> int:
+    """Move `dt` to the newest version and fsync every log entry not yet known durable."""
+    dt.update_incremental()
+    root = Path(dt.table_uri.removeprefix("file://"))
+    version = dt.version()
+    first = _synced.get(root, -1) + 1
+    for v in range(first, version + 1):
+        files.fsync_path(log_entry(root, v))
+    if first <= version:
+        files.fsync_path(root / "_delta_log")
+    _synced[root] = max(_synced.get(root, -1), version)
+    crash_point("log-synced")
+    return version
+
+
+def log_entry(root: Path, version: int) -> Path:
+    return root / "_delta_log" / f"{version:020d}.json"
+
+
+# ---- reading the snapshot ------------------------------------------------------------------------
+
+
+def live_files(dt: DeltaTable, time_column: str | None = None) -> list[LiveFile]:
+    """The data files of the snapshot `dt` holds, with partition day and stats."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    root = Path(dt.table_uri.removeprefix("file://"))
+    column = actions.column
+    days = (
+        column(f"partition.{DAY}").to_pylist()
+        if f"partition.{DAY}" in actions.column_names
+        else None
+    )
+    maxima = (
+        column(f"max.{time_column}").to_pylist()
+        if time_column and f"max.{time_column}" in actions.column_names
+        else None
+    )
+    out = []
+    for i, relative in enumerate(column("path").to_pylist()):
+        day = days[i] if days else None
+        out.append(
+            LiveFile(
+                path=root / relative,
+                relative=relative,
+                day=date.fromisoformat(str(day)) if day is not None else None,
+                size=column("size_bytes")[i].as_py(),
+                rows=column("num_records")[i].as_py() or 0,
+                max_time=maxima[i] if maxima else None,
+            )
+        )
+    return sorted(out, key=lambda f: (f.day or date.min, f.relative))
+
+
+# ---- maintenance of the log and of removed files -----------------------------------------------
+
+
+def checkpoint(dt: DeltaTable) -> None:
+    """Write a checkpoint of the durable log, then drop json entries it made redundant."""
+    root = Path(dt.table_uri.removeprefix("file://"))
+    sync_log(dt)
+    dt.create_checkpoint()
+    for path in (root / "_delta_log").glob(f"{dt.version():020d}.checkpoint*.parquet"):
+        files.fsync_path(path)
+    files.fsync_path(root / "_delta_log" / "_last_checkpoint")
+    files.fsync_path(root / "_delta_log")
+    crash_point("checkpoint-written")
+    dt.cleanup_metadata()
+
+
+def versions_since_checkpoint(dt: DeltaTable) -> int:
+    last = Path(dt.table_uri.removeprefix("file://")) / "_delta_log" / "_last_checkpoint"
+    done = json.loads(last.read_text())["version"] if last.exists() else -1
+    return dt.version() - done
+
+
+def vacuum(dt: DeltaTable, grace_hours: int) -> list[str]:
+    """Delete files removed more than `grace_hours` ago and files no version refers to (left
+    by writers killed between rename and commit)."""
+    before = dt.version()
+    deleted = dt.vacuum(
+        retention_hours=grace_hours,
+        dry_run=False,
+        enforce_retention_duration=False,
+        full=True,
+        post_commithook_properties=NO_HOOKS,
+    )
+    sync_added_files(dt, before)
+    sync_log(dt)
+    crash_point("vacuumed")
+    return deleted
+
+
+@atexit.register
+def _drop_tables() -> None:
+    """delta-rs can abort the interpreter at exit ("terminate called without an active
+    exception") if a table that ran a merge is still alive then; drop them all first."""
+    _tables.clear()
+    gc.collect()
