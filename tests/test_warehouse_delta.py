@@ -7,6 +7,7 @@ This file doubles as the worker program: `python -m tests.test_warehouse_delta R
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -228,6 +229,55 @@ def test_merge_files_and_log_are_fsynced_before_append_returns(tmp_path: Path, m
     assert newest == set(), f"files of the merge not fsynced: {newest}"
     assert synced[-2:] == [delta.log_entry(wh.table_dir("jobs"), dt.version()), synced[-1]]
     assert synced[-1].name == "_delta_log"
+
+
+# ---- power loss: what fsync order leaves possible, repaired on opening ---------------------------
+
+
+def newest_entry(root: Path, name: str) -> Path:
+    return max((root / name / "_delta_log").glob("*.json"))
+
+
+def test_a_torn_newest_log_entry_is_cut_off_on_opening(tmp_path: Path) -> None:
+    """After a power loss the newest entry of a commit that never returned may be empty."""
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    for index in range(3):
+        wh.append("gpu_samples", samples(index))
+    torn = newest_entry(root, "gpu_samples")
+    torn.write_bytes(b"")
+    reopened = Warehouse(root)
+    assert (root / ".quarantine" / "gpu_samples" / torn.name).exists()
+    assert batch_ids(reopened) == {0, 1}  # the acknowledged prefix, whole, for every reader
+    reopened.append("gpu_samples", samples(7))
+    assert batch_ids(reopened) == {0, 1, 7}
+
+
+def test_a_merge_whose_data_did_not_reach_the_disk_is_cut_off(tmp_path: Path) -> None:
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    wh.append("jobs", job(0))
+    wh.append("jobs", job(1))
+    entry = newest_entry(root, "jobs")
+    added = [line for line in entry.read_text().splitlines() if '"add"' in line]
+    (root / "jobs" / json.loads(added[0])["add"]["path"]).unlink()
+    reopened = Warehouse(root)
+    jobs = reopened.connect().execute("SELECT job_id FROM jobs ORDER BY 1").fetchall()
+    assert jobs == [("j0",), ("shared",)]
+    assert outside_counts(root, "jobs") == [2] * 3
+
+
+def test_a_torn_checkpoint_falls_back_to_the_log(tmp_path: Path) -> None:
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    for index in range(12):
+        wh.append("gpu_samples", samples(index))
+    maintenance.tidy(wh, "gpu_samples")
+    (checkpoint,) = (root / "gpu_samples" / "_delta_log").glob("*.checkpoint.parquet")
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    delta._tables.clear()  # as a fresh process after the power loss
+    assert batch_ids(Warehouse(root)) == set(range(12))
+    assert not checkpoint.exists()
 
 
 # ---- records -----------------------------------------------------------------------------------

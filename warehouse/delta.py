@@ -59,10 +59,7 @@ class LiveFile:
     size: int
     rows: int
     max_time: object  # the time column's maximum from the file's stats, if any
-
-    @property
-    def stem(self) -> str:
-        return Path(self.relative).stem
+    stem: str  # the file name without `.parquet`: what rollup files name their raw file by
 
 
 # ---- crash points for tests ----------------------------------------------------------------
@@ -315,9 +312,85 @@ def live_files(dt: DeltaTable, time_column: str | None = None) -> list[LiveFile]
                 size=column("size_bytes")[i].as_py(),
                 rows=column("num_records")[i].as_py() or 0,
                 max_time=maxima[i] if maxima else None,
+                stem=relative.rsplit("/", 1)[-1].removesuffix(".parquet"),
             )
         )
     return sorted(out, key=lambda f: (f.day or date.min, f.relative))
+
+
+# ---- recovery after a power loss ----------------------------------------------------------------
+
+
+def repair_tail(table_dir: Path, quarantine: Path) -> list[Path]:
+    """Move a torn tail of the log (left by a power loss) to `quarantine`; returns what moved.
+
+    Every commit that returned was fsynced with all before it, so only a tail of commits that
+    never returned can be torn: an entry that does not parse, or that adds a file missing or
+    shorter than the log says (a merge's data not yet on disk). From the first such entry on,
+    every entry goes; none of them was acknowledged. On a running system nothing is torn
+    (delta-rs publishes each entry whole, and data precedes its entry), so this only reads."""
+    log_dir = table_dir / "_delta_log"
+    first = _sound_checkpoint(log_dir) + 1
+    entries = sorted(p for p in log_dir.glob("*.json") if p.stem.isdigit() and int(p.stem) >= first)
+    parsed: list[list[dict] | None] = []
+    for entry in entries:
+        try:
+            parsed.append([json.loads(line) for line in entry.read_text().splitlines() if line])
+        except ValueError:
+            parsed.append(None)
+    removed_later = {
+        a["remove"]["path"] for actions in parsed if actions for a in actions if "remove" in a
+    }
+    torn = next((i for i, a in enumerate(parsed) if _torn(table_dir, a, removed_later)), None)
+    if torn is None:
+        return []
+    quarantine.mkdir(parents=True, exist_ok=True)
+    moved = [quarantine / entry.name for entry in entries[torn:]]
+    for entry, target in zip(entries[torn:], moved, strict=True):
+        os.replace(entry, target)
+    files.fsync_path(log_dir)
+    _tables.pop(table_dir, None)
+    _synced.pop(table_dir, None)
+    return moved
+
+
+def _sound_checkpoint(log_dir: Path) -> int:
+    """The version of the last checkpoint, or -1. Torn checkpoints are deleted with the pointer
+    to them; the json entries they summarised are still there (`checkpoint` drops old entries
+    only after the checkpoint is durable)."""
+    last = log_dir / "_last_checkpoint"
+    try:
+        version = json.loads(last.read_text())["version"]
+        for part in log_dir.glob(f"{version:020d}.checkpoint*.parquet"):
+            pq.read_metadata(part)
+        return version
+    except FileNotFoundError:
+        return -1
+    except (ValueError, KeyError, OSError, pa.ArrowInvalid):
+        for part in log_dir.glob("*.checkpoint*.parquet"):
+            try:
+                pq.read_metadata(part)
+            except (OSError, pa.ArrowInvalid):
+                part.unlink()
+        last.unlink()
+        files.fsync_path(log_dir)
+        return -1
+
+
+def _torn(table_dir: Path, actions: list[dict] | None, removed_later: set[str]) -> bool:
+    if not actions:
+        return True
+    return any(
+        "add" in a and a["add"]["path"] not in removed_later and not _whole(table_dir, a["add"])
+        for a in actions
+    )
+
+
+def _whole(table_dir: Path, add: dict) -> bool:
+    try:
+        return (table_dir / add["path"]).stat().st_size == add["size"]
+    except FileNotFoundError:
+        return False
 
 
 # ---- maintenance of the log and of removed files -----------------------------------------------

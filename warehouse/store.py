@@ -50,7 +50,24 @@ class Warehouse:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._repair()
         migrations.upgrade(self)
+
+    def _repair(self) -> None:
+        """Cut off torn log tails a power loss left (`delta.repair_tail`), once per opening,
+        unless a maintainer holds the warehouse right now."""
+        with self.maintenance_lock() as held:
+            if not held:
+                return
+            for name in [*TABLES, *ROLLUPS]:
+                moved = delta.repair_tail(self.table_dir(name), self.root / ".quarantine" / name)
+                if moved:
+                    log.warning(
+                        "%s: moved %d unacknowledged log entries to %s",
+                        name,
+                        len(moved),
+                        moved[0].parent,
+                    )
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -132,14 +149,12 @@ class Warehouse:
         self, rollup: Rollup, raw: list[LiveFile] | None = None
     ) -> tuple[list[LiveFile], list[LiveFile]]:
         """(stored rollup files, raw files of days aggregated live), by `rollups.plan_day`."""
-        raw = self.live_files(rollup.source) if raw is None else raw
-        rolled = self.live_files(rollup.name)
+        raw_days = _by_day(self.live_files(rollup.source) if raw is None else raw)
+        rolled_days = _by_day(self.live_files(rollup.name))
         stored: list[LiveFile] = []
         hot: list[LiveFile] = []
-        for day in sorted({f.day for f in raw} | {f.day for f in rolled}):  # type: ignore[type-var]
-            day_stored, day_hot = plan_day(
-                [f for f in raw if f.day == day], [f for f in rolled if f.day == day]
-            )
+        for day in raw_days.keys() | rolled_days.keys():
+            day_stored, day_hot = plan_day(raw_days.get(day, []), rolled_days.get(day, []))
             stored += day_stored
             hot += day_hot
         return stored, hot
@@ -256,6 +271,13 @@ def split_by_day(batch: pa.Table, time_column: str) -> Iterator[tuple[date, pa.T
         yield epoch + timedelta(days=int(days[start])), batch.slice(start, end - start)
 
 
+def _by_day(live: list[LiveFile]) -> dict[date | None, list[LiveFile]]:
+    out: dict[date | None, list[LiveFile]] = {}
+    for f in live:
+        out.setdefault(f.day, []).append(f)
+    return out
+
+
 def newest_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
     """One row per key, the newest `recorded_at`: a merge takes one source row per key."""
     frame = pl.from_arrow(batch)
@@ -274,13 +296,13 @@ def _create_rollup_view(
     con: duckdb.DuckDBPyConnection, rollup: Rollup, stored: list[Path], hot: list[Path]
 ) -> None:
     live = rollup.select.replace("FROM src", f"FROM {source_sql(con, table(rollup.source), hot)}")
-    # Stored files are read by column name: files rolled up before a column was added lack it
-    # and read as NULL there (readers treat such rows as written before the change). Their
+    # Stored files all have the rollup's columns (this sing wrote them; the upgrade rewrote older
+    # ones), so no union by name, which would read every file's footer at each connect. Their
     # `day` is the Delta partition, so it comes from the path as in every Delta reader.
     if stored:
         query = (
             f"SELECT * FROM read_parquet({sql_list(stored)}, hive_partitioning = true, "
-            "hive_types = {'day': DATE}, union_by_name = true) "
+            "hive_types = {'day': DATE}) "
             f"UNION ALL BY NAME {live}"
         )
     else:
