@@ -1,0 +1,188 @@
+"""The Delta Lake warehouse side by side with the old file format, on the same machine and run.
+
+Pass a checkout of the commit before the change (`git worktree add /tmp/wt-base ca43e4b`); every
+measurement runs in its own child process with that checkout or this one first on the path:
+
+- appends: 128-row batches (one scrape of 16 nodes x 8 GPUs) 15 s of data apart, with the
+  collector's maintenance (`compact()`) after every 20 (its 300 s interval); p50/p99/max of the
+  appends alone, and the mean maintenance time;
+- bulk: one append of ROWS gpu_samples rows (one day);
+- history: a synthetic warehouse of DAYS days (`warehouse.synthetic`, 2 nodes x 8 GPUs),
+  compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
+  over all of it, medians of 5 warm runs.
+
+    .venv/bin/python bench/bench_warehouse_delta.py --old /tmp/wt-base [--days 90 365]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+NEW = Path(__file__).resolve().parents[1]
+END = datetime(2026, 1, 10, tzinfo=UTC)
+
+
+def phase_appends(batches: int) -> dict:
+    import pyarrow as pa
+
+    from warehouse.store import Warehouse
+
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    nodes = [f"n{i // 8:02d}" for i in range(128)]
+    gpus = pa.array([i % 8 for i in range(128)], pa.int16())
+    appends, maintenance = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(tmp)
+        for k in range(batches):
+            ts = start + timedelta(seconds=15 * k)
+            batch = pa.table(
+                {
+                    "ts": pa.array([ts] * 128, pa.timestamp("us", tz="UTC")),
+                    "node": nodes,
+                    "gpu_index": gpus,
+                    "util": pa.array(np.random.default_rng(k).random(128), pa.float32()),
+                    "job_id": [f"j{i // 16}" for i in range(128)],
+                }
+            )
+            t0 = time.perf_counter()
+            wh.append("gpu_samples", batch)
+            appends.append(time.perf_counter() - t0)
+            if k % 20 == 19:
+                t0 = time.perf_counter()
+                wh.compact(now=ts, settle_s=0)
+                maintenance.append(time.perf_counter() - t0)
+    ms = np.array(appends) * 1000
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "max_ms": float(ms.max()),
+        "maintenance_ms": statistics.mean(maintenance) * 1000,
+    }
+
+
+def phase_bulk(rows: int) -> dict:
+    import pyarrow as pa
+
+    from warehouse.store import Warehouse
+
+    rng = np.random.default_rng(0)
+    start = int(END.timestamp() * 1_000_000)
+    data = pa.table(
+        {
+            "ts": pa.array(start + np.sort(rng.integers(0, 86_399_000_000, rows)), pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            "node": pa.array([f"n{i % 217:03d}" for i in range(rows)]),
+            "gpu_index": pa.array(np.arange(rows) % 8, pa.int16()),
+            "util": pa.array(rng.random(rows), pa.float32()),
+            "mem_used_bytes": pa.array(rng.integers(0, 80 << 30, rows), pa.int64()),
+            "power_w": pa.array(rng.random(rows) * 700, pa.float32()),
+            "energy_j": pa.array(rng.random(rows) * 1e9),
+            "job_id": pa.array([f"{i % 5000}" for i in range(rows)]),
+        }
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(tmp)
+        t0 = time.perf_counter()
+        wh.append("gpu_samples", data)
+        seconds = time.perf_counter() - t0
+    return {"rows_per_s": rows / seconds, "seconds": seconds}
+
+
+def phase_history(days: int, label: str) -> dict:
+    from warehouse import analytics, synthetic
+    from warehouse.store import Warehouse
+
+    root = Path(tempfile.gettempdir()) / f"sing-bench-delta-{label}-{days}d"
+    marker = root / ".bench-complete"
+    build_s = None
+    if not marker.exists():
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        wh = Warehouse(root)
+        synthetic.generate(wh, nodes=2, gpus_per_node=8, days=days, seed=0, end=END)
+        wh.compact(now=END + timedelta(days=1), settle_s=0)
+        build_s = time.perf_counter() - t0
+        marker.write_text("ok")
+
+    def median_s(fn) -> float:
+        fn()
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t0)
+        return statistics.median(runs)
+
+    return {
+        "build_s": build_s,
+        "open_s": median_s(lambda: Warehouse(root).connect().close()),
+        "jobs_report_s": median_s(lambda: analytics.job_usage(Warehouse(root).connect(), now=END)),
+        "cluster_day_s": median_s(
+            lambda: analytics.cluster_usage(Warehouse(root).connect(), bucket="day", now=END)
+        ),
+    }
+
+
+def run(checkout: Path, phase: str, *args: object) -> dict:
+    env = os.environ | {"PYTHONPATH": str(checkout)}
+    cmd = [sys.executable, __file__, "--phase", phase, *map(str, args)]
+    done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{phase} in {checkout} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", type=Path, help="a checkout of the commit before the change")
+    parser.add_argument("--batches", type=int, default=400)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--days", type=int, nargs="*", default=[90, 365])
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:
+        phases = {"appends": phase_appends, "bulk": phase_bulk, "history": phase_history}
+        values = [int(a) if a.isdigit() else a for a in args.args]
+        print(json.dumps(phases[args.phase](*values)))
+        return
+    checkouts = {"old": args.old, "delta": NEW} if args.old else {"delta": NEW}
+
+    def row(name: str, key: str, unit: str, scale: float = 1.0) -> None:
+        cells = "  ".join(
+            f"{label} {results[label][name][key] * scale:9.1f} {unit}" for label in results
+        )
+        print(f"  {name:14s} {key:16s} {cells}")
+
+    results: dict[str, dict] = {label: {} for label in checkouts}
+    for label, checkout in checkouts.items():
+        results[label]["appends"] = run(checkout, "appends", args.batches)
+        results[label]["bulk"] = run(checkout, "bulk", args.rows)
+        for days in args.days:
+            results[label][f"{days} days"] = run(checkout, "history", days, label)
+    print(f"appends: {args.batches} x 128 rows, compact() every 20; bulk: {args.rows:,} rows")
+    for key in ("p50_ms", "p99_ms", "max_ms", "maintenance_ms"):
+        row("appends", key, "ms")
+    row("bulk", "rows_per_s", "k/s", 1e-3)
+    for days in args.days:
+        for key in ("open_s", "jobs_report_s", "cluster_day_s"):
+            row(f"{days} days", key, "ms", 1e3)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
