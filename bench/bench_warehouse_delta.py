@@ -7,6 +7,10 @@ measurement runs in its own child process with that checkout or this one first o
   collector's maintenance (`compact()`) after every 20 (its 300 s interval); p50/p99/max of the
   appends alone, and the mean maintenance time;
 - bulk: one append of ROWS gpu_samples rows (one day);
+- log: simulated days of commits (COMMITS a day, maintenance every 20, then every log file made
+  a day older), the log's file count after each day: flat, so flat over a year. Its bytes grow
+  here only because remove tombstones expire by the real clock (1 h), which a simulation that
+  ages files cannot advance;
 - history: a synthetic warehouse of DAYS days (`warehouse.synthetic`, 2 nodes x 8 GPUs),
   compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
   over all of it, medians of 5 warm runs.
@@ -100,6 +104,31 @@ def phase_bulk(rows: int) -> dict:
     return {"rows_per_s": rows / seconds, "seconds": seconds}
 
 
+def phase_log(days: int, commits: int) -> dict:
+    import pyarrow as pa
+
+    from warehouse import maintenance
+    from warehouse.store import Warehouse
+
+    sizes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(tmp)
+        log_dir = wh.table_dir("gpu_samples") / "_delta_log"
+        for day in range(days):
+            for k in range(commits):
+                ts = END + timedelta(days=day, seconds=15 * k)
+                wh.append("gpu_samples", pa.table({"ts": [ts], "node": ["n1"]}))
+                if k % 20 == 19:
+                    maintenance.compact(wh, ts)
+            for entry in log_dir.iterdir():  # a day passes for the log's clean-up rule
+                stat = entry.stat()
+                os.utime(entry, (stat.st_atime - 86_400, stat.st_mtime - 86_400))
+            sizes.append(
+                (len(list(log_dir.iterdir())), sum(p.stat().st_size for p in log_dir.iterdir()))
+            )
+    return {"files_per_day": [n for n, _ in sizes], "bytes_per_day": [b for _, b in sizes]}
+
+
 def phase_history(days: int, label: str) -> dict:
     from warehouse import analytics, synthetic
     from warehouse.store import Warehouse
@@ -152,11 +181,18 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=400)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--days", type=int, nargs="*", default=[90, 365])
+    parser.add_argument("--log-days", type=int, default=20)
+    parser.add_argument("--commits", type=int, default=100, help="commits per simulated day")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
-        phases = {"appends": phase_appends, "bulk": phase_bulk, "history": phase_history}
+        phases = {
+            "appends": phase_appends,
+            "bulk": phase_bulk,
+            "history": phase_history,
+            "log": phase_log,
+        }
         values = [int(a) if a.isdigit() else a for a in args.args]
         print(json.dumps(phases[args.phase](*values)))
         return
@@ -181,7 +217,10 @@ def main() -> None:
     for days in args.days:
         for key in ("open_s", "jobs_report_s", "cluster_day_s"):
             row(f"{days} days", key, "ms", 1e3)
-    print(json.dumps(results))
+    log = run(NEW, "log", args.log_days, args.commits)
+    print(f"delta log of one table, {args.commits} commits a simulated day: files, kB per day")
+    print("  " + " ".join(f"{n}/{b // 1000}" for n, b in zip(*log.values(), strict=True)))
+    print(json.dumps(results | {"log": log}))
 
 
 if __name__ == "__main__":
