@@ -8,9 +8,8 @@ measurement runs in its own child process with that checkout or this one first o
   appends alone, and the mean maintenance time;
 - bulk: one append of ROWS gpu_samples rows (one day);
 - log: simulated days of commits (COMMITS a day, maintenance every 20, then every log file made
-  a day older), the log's file count after each day: flat, so flat over a year. Its bytes grow
-  here only because remove tombstones expire by the real clock (1 h), which a simulation that
-  ages files cannot advance;
+  a day older), the log's file count after each day. Its bytes grow here with the remove
+  tombstones in the checkpoint, kept 1 h by the real clock, which aging files cannot advance;
 - history: a synthetic warehouse of DAYS days (`warehouse.synthetic`, 2 nodes x 8 GPUs),
   compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
   over all of it, medians of 5 warm runs.
