@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 
 MICROS_PER_DAY = 86_400_000_000
 
-__all__ = ["CompactionResult", "Warehouse"]
-
 
 class Warehouse:
     """A warehouse directory: append batches, open read-only snapshots, compact, age out."""
