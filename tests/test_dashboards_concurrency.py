@@ -32,7 +32,10 @@ WRITER = textwrap.dedent(
 
     wh = Warehouse(sys.argv[1])
     start = datetime.fromisoformat(sys.argv[2])
-    wh.append("nodes", pa.table({"node": ["n1"], "gpus": pa.array([8], pa.int16())}))
+    wh.append("nodes", pa.table({
+        "cluster": ["c"], "node": ["n1"], "gpus": pa.array([8], pa.int16()),
+        "valid_from": [start], "source": ["exporter"],
+    }))
     for k in range(int(sys.argv[3])):
         t0 = start + timedelta(minutes=10 * k)
         wh.append("jobs", pa.table({
