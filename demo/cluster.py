@@ -165,7 +165,7 @@ class LiveCluster:
                         "sm_active": round(util * spec.sm_factor, 4),
                         "memory_used": int(spec.mem_share * synthetic.GPU_MEMORY),
                         "power_w": round(synthetic.power_w(util), 1),
-                        "temperature": round(30 + 45 * util, 1),
+                        "temperature_c": round(30 + 45 * util, 1),
                         "job_id": job.spec.job_id,
                         "user": spec.user,
                     }
@@ -238,7 +238,7 @@ def _idle_gpu() -> dict[str, Any]:
         "sm_active": 0.0,
         "memory_used": 0,
         "power_w": synthetic.IDLE_POWER_W,
-        "temperature": 30.0,
+        "temperature_c": 30.0,
         "job_id": None,
         "user": None,
     }
