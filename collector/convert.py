@@ -55,6 +55,10 @@ RDMA_METRICS: dict[str, str] = {
 
 # An info series `{gpu, uuid, job_id, user} 1`: the job holding the GPU (docs/exporter.md).
 JOB_INFO = "sing_gpu_job_info"
+# 1 when the node's exporter reads the prolog's GPU-to-job mapping: its JOB_INFO series are then
+# the whole truth, and a GPU without one is free (not to be filled in from a job sync's allocations,
+# which lag a job's end by up to a sync interval).
+JOB_MAPPING = "sing_gpu_job_mapping_present"
 # An info series `{gpu, uuid, name, ...} 1`: the GPU's model, for the node inventory.
 GPU_INFO = "sing_gpu_info"
 # `{device, port, counter} 1`: the exporter does not know this counter (a 32-bit InfiniBand
@@ -68,7 +72,16 @@ SATURATED_COUNTERS: dict[str, str] = {
     "port_rcv_packets": "rx_packets",
 }
 
-WANTED = frozenset(GPU_METRICS) | frozenset(RDMA_METRICS) | {JOB_INFO, GPU_INFO, RDMA_SATURATED}
+WANTED = (
+    frozenset(GPU_METRICS)
+    | frozenset(RDMA_METRICS)
+    | {
+        JOB_INFO,
+        JOB_MAPPING,
+        GPU_INFO,
+        RDMA_SATURATED,
+    }
+)
 
 INTEGER_COLUMNS = {"mem_used_bytes", "mem_total_bytes"}
 
@@ -81,6 +94,7 @@ class NodeReading:
     jobs: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
     models: dict[int, str] = field(default_factory=dict)  # GPU index -> model name
     ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
+    jobs_complete: bool = False  # `jobs` is the node's whole attribution (JOB_MAPPING)
 
     def merge(self, other: NodeReading) -> None:
         """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter)."""
@@ -88,6 +102,7 @@ class NodeReading:
             self.gpus.setdefault(index, {}).update(values)
         for index, job in other.jobs.items():
             self.jobs.setdefault(index, job)
+        self.jobs_complete = self.jobs_complete or other.jobs_complete
         for index, model in other.models.items():
             self.models.setdefault(index, model)
         for key, counters in other.ports.items():
@@ -126,6 +141,8 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
             key = (_label(s, "device"), _int_label(s, "port"))
             if math.isfinite(s.value):
                 reading.ports.setdefault(key, {})[RDMA_METRICS[s.name]] = int(s.value)
+        elif s.name == JOB_MAPPING:
+            reading.jobs_complete = s.value == 1
         elif s.name == RDMA_SATURATED and s.value == 1:
             column = SATURATED_COUNTERS.get(_label(s, "counter"))
             if column:

@@ -4,7 +4,9 @@ with deltas, node inventory versions, and one `scrapes` row per target.
 Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
 join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
 node's own attribution (`sing_gpu_job_info`, or dcgm-exporter's `hpc_job` label); failing that,
-from the allocations the last job sync found running, keyed by (cluster, node, GPU). A node's
+from the allocations the last job sync found running, keyed by (cluster, node, GPU), unless the
+node's exporter reads the prolog's mapping (`sing_gpu_job_mapping_present` 1): then a GPU it
+names no job for is free, since a sync's allocations outlive a job by up to a sync. A node's
 RDMA traffic belongs to the job holding most of its GPUs (ties: the lowest job id, compared as
 numbers). Every sample row carries its node's cluster.
 """
@@ -52,7 +54,9 @@ class RoundRows:
     def add_node(self, ts: datetime, cluster: str, node: str, reading: NodeReading) -> None:
         jobs: dict[int, str] = {}
         for index, values in sorted(reading.gpus.items()):
-            job = reading.jobs.get(index) or self._allocations.get((cluster, node, index))
+            job = reading.jobs.get(index)
+            if job is None and not reading.jobs_complete:
+                job = self._allocations.get((cluster, node, index))
             if job:
                 jobs[index] = job
             gpu = values.get("gpu_uuid") or index

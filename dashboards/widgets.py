@@ -124,21 +124,23 @@ def job_report_section(report: dict) -> None:
     if not report["notes"]:
         st.success("No efficiency concerns for this job.", icon=":material/check_circle:")
     left, right = st.columns(2)
-    left.dataframe(
-        pl.DataFrame(report["per_gpu"])
-        .with_columns(
-            peak_mem_gib=pl.col("peak_mem_bytes") / 2**30, energy_kwh=pl.col("energy_j") / 3.6e6
+    if report["per_gpu"]:  # a CPU-only job has none
+        left.dataframe(
+            pl.DataFrame(report["per_gpu"])
+            .with_columns(
+                peak_mem_gib=pl.col("peak_mem_bytes") / 2**30,
+                energy_kwh=pl.col("energy_j") / 3.6e6,
+            )
+            .drop("peak_mem_bytes", "energy_j"),
+            hide_index=True,
+            column_config={
+                "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
+                "max_util": st.column_config.NumberColumn("max util", format="percent"),
+                "mean_sm_active": st.column_config.NumberColumn("SM active", format="percent"),
+                "peak_mem_gib": st.column_config.NumberColumn("peak mem GiB", format="%.1f"),
+                "energy_kwh": st.column_config.NumberColumn("energy kWh", format="%.2f"),
+            },
         )
-        .drop("peak_mem_bytes", "energy_j"),
-        hide_index=True,
-        column_config={
-            "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
-            "max_util": st.column_config.NumberColumn("max util", format="percent"),
-            "mean_sm_active": st.column_config.NumberColumn("SM active", format="percent"),
-            "peak_mem_gib": st.column_config.NumberColumn("peak mem GiB", format="%.1f"),
-            "energy_kwh": st.column_config.NumberColumn("energy kWh", format="%.2f"),
-        },
-    )
     if report["per_node_rdma"]:
         right.dataframe(
             pl.DataFrame(report["per_node_rdma"]).select(

@@ -53,7 +53,8 @@ class LiveJob:
 
 
 class LiveCluster:
-    """Advance with `tick(now)`; it rewrites the state and records files each time."""
+    """Advance with `tick(now)`; it rewrites the state file each time, the records file when
+    a job was submitted, started, ended or forgotten."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class LiveCluster:
         self.jobs: dict[str, LiveJob] = {}
         self.next_id = first_job_id
         self.last: datetime | None = None
+        self._records_written: list[tuple[str, str]] | None = None  # (job id, state) last written
         self.gpu_rate = nodes * gpus_per_node / 128 * synthetic.LOAD_SCALE
 
     def inject_idle_multinode_job(self, now: datetime) -> str:
@@ -106,8 +108,12 @@ class LiveCluster:
             job.start, job.gpus = now, placement.gpus
         self._forget_old(now)
         _write_json(self.state_file, self.device_state())
-        records = [r.to_json() for r in self.records()]
-        _write_json(self.records_file, {"cluster": self.cluster, "jobs": records})
+        # A record changes only with its job's state, so the file is rewritten only then.
+        written = [(job_id, job.state) for job_id, job in self.jobs.items()]
+        if written != self._records_written:
+            records = [r.to_json() for r in self.records()]
+            _write_json(self.records_file, {"cluster": self.cluster, "jobs": records})
+            self._records_written = written
 
     def _arrivals(self, now: datetime, real_dt: float) -> None:
         sim_days = real_dt * self.speed / 86_400
@@ -159,7 +165,7 @@ class LiveCluster:
                         "sm_active": round(util * spec.sm_factor, 4),
                         "memory_used": int(spec.mem_share * synthetic.GPU_MEMORY),
                         "power_w": round(synthetic.power_w(util), 1),
-                        "temperature": round(30 + 45 * util, 1),
+                        "temperature_c": round(30 + 45 * util, 1),
                         "job_id": job.spec.job_id,
                         "user": spec.user,
                     }
@@ -232,7 +238,7 @@ def _idle_gpu() -> dict[str, Any]:
         "sm_active": 0.0,
         "memory_used": 0,
         "power_w": synthetic.IDLE_POWER_W,
-        "temperature": 30.0,
+        "temperature_c": 30.0,
         "job_id": None,
         "user": None,
     }

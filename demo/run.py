@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 MAX_RESTARTS = 5
+# Job records change only when a job is submitted, starts or ends; a job sync costs the collector
+# a warehouse connection and two appends, and syncing every scrape round was most of its CPU.
+MIN_JOB_SYNC_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ warehouse = "warehouse"
 file_sd = "targets.json"
 interval_s = {self.o.interval_s}
 job_sync = "demo.executor:sync"
-job_sync_interval_s = {self.o.interval_s}
+job_sync_interval_s = {max(self.o.interval_s, MIN_JOB_SYNC_S)}
 maintenance_interval_s = 120
 metrics_port = {self.o.collector_metrics_port}
 

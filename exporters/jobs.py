@@ -115,6 +115,11 @@ class JobSource:
             "Compute processes on the GPU that belong to no Slurm job.",
             labels=labels,
         )
+        mapped = GaugeMetricFamily(
+            "sing_gpu_job_mapping_present",
+            "1 when the prolog's GPU-to-job mapping directory exists: a GPU with no job "
+            "info series is then held by no job.",
+        )
         running: dict[int, dict[str, str]] = {}  # gpu -> job id -> user
         users: dict[str, str] = {}
         for gpu in gpus:
@@ -130,6 +135,8 @@ class JobSource:
             if "processes" in gpu.values:
                 unattributed.add_metric([str(gpu.index), gpu.uuid], orphans)
         allocations = self.allocations()
+        if gpus:  # a node without GPUs has nothing to attribute
+            mapped.add_metric([], 0 if allocations is None else 1)
         for gpu in gpus:
             key = [str(gpu.index), gpu.uuid]
             jobs = running[gpu.index]
@@ -142,4 +149,4 @@ class JobSource:
                 mismatch.add_metric([*key, job_id, "process_without_allocation"], 1)
             for job_id in sorted(allocated - jobs.keys()):
                 mismatch.add_metric([*key, job_id, "allocation_without_process"], 1)
-        return [info, mismatch, unattributed]
+        return [info, mismatch, unattributed, mapped]

@@ -15,6 +15,12 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# What a Playwright test needs beyond a minimal Debian: Debian's Chromium (its package pulls in
+# the libraries and a font), and libatomic1 for Playwright's bundled node driver, which is the
+# one library of `ldd .venv/lib/python3.11/site-packages/playwright/driver/node` that a minimal
+# Debian 12 lacks (libstdc++6 and libgcc-s1 come with apt).
+BROWSER_PACKAGES = ("chromium", "libatomic1")
+
 
 def _installed(package: str) -> bool:
     result = subprocess.run(

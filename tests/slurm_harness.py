@@ -6,7 +6,15 @@ site's Slurm; `down()` stops only the daemons this harness started, by their PID
 munge on its own socket, `AccountingStoragePass` pointing at that socket, fake GPU device nodes.
 
 The two nodes declare typed GPUs (`Gres=gpu:a100:8`) so accounting carries both `gres/gpu=N` and
-`gres/gpu:a100=N`, the case that double-counts in a naive AllocTRES parser.
+`gres/gpu:a100=N`, the case that double-counts in a naive AllocTRES parser. Each node has its own
+fake device nodes `dev/<node>/nvidia0..7`, so GPU indices are per node, as on real machines.
+
+Options for the known-answer test of the whole path (tests/test_real_path.py):
+`gpu_job_mapping=True` installs the project's own Slurm prolog and epilog
+(exporters/deploy/slurm-{prolog,epilog}.sh) with `PrologFlags=Alloc`; both slurmd run on one
+host, so a two-line wrapper gives each node its own mapping directory (`mapping_dir(node)`).
+`first_job_id` sets Slurm's FirstJobId (e.g. 8, so ids cross from one digit to two), and a
+second ordinary user, TEST_USER2, exists in the same account.
 
 Command line: `python -m tests.slurm_harness up|down BASE` (prints `export SLURM_CONF=...`).
 """
@@ -25,10 +33,13 @@ from pathlib import Path
 
 from tests.debian import ensure_packages
 
+REPO = Path(__file__).resolve().parents[1]
+
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server")
 NODES = ("gpu-1", "gpu-2")
 GPUS_PER_NODE = 8
 TEST_USER = "singtest"
+TEST_USER2 = "singtest2"
 TEST_ACCOUNT = "research"
 CLUSTER = "testcluster"
 PORTS = {"ctld": 16817, "dbd": 16819, "mysql": 13316, "slurmd": (16831, 16832)}
@@ -77,12 +88,27 @@ NodeName=gpu-[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{slurmd0}-{sl
 CPUs=16 Sockets=1 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:a100:{gpus} \
 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{extra}"""
+
+# The project's prolog/epilog as a site installs them, plus PrologFlags=Alloc so the prolog runs
+# on every node of a job when it is allocated (by default only where a step starts: a batch job
+# would leave its other nodes' GPUs unattributed).
+MAPPING_CONF = """\
+Prolog={base}/etc/prolog.sh
+Epilog={base}/etc/epilog.sh
+PrologFlags=Alloc
+"""
+
+# One slurmd per host on a real cluster; here both share one host, so each gets its own directory.
+MAPPING_WRAPPER = """\
+#!/bin/sh
+SING_GPU_JOB_DIR={base}/gpu-jobs/$SLURMD_NODENAME exec {script}
 """
 
 GRES_CONF = """\
 AutoDetect=off
-NodeName=gpu-1 Name=gpu Type=a100 File={base}/dev/nvidia[0-7]
-NodeName=gpu-2 Name=gpu Type=a100 File={base}/dev/nvidia[8-15]
+NodeName=gpu-1 Name=gpu Type=a100 File={base}/dev/gpu-1/nvidia[0-7]
+NodeName=gpu-2 Name=gpu Type=a100 File={base}/dev/gpu-2/nvidia[0-7]
 """
 
 SLURMDBD_CONF = """\
@@ -139,11 +165,19 @@ def install() -> None:
 class SlurmCluster:
     """One loopback Slurm cluster rooted at `base`; `up()` starts it, `down()` stops it."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(
+        self, base: Path, gpu_job_mapping: bool = False, first_job_id: int | None = None
+    ) -> None:
         self.base = Path(base).resolve()
         self.conf = self.base / "etc" / "slurm.conf"
         self.jobs_dir = self.base / "jobs"
+        self.gpu_job_mapping = gpu_job_mapping
+        self.first_job_id = first_job_id
         self._mariadb: subprocess.Popen | None = None
+
+    def mapping_dir(self, node: str) -> Path:
+        """Where the prolog of `node` writes its GPU-to-job files (with gpu_job_mapping)."""
+        return self.base / "gpu-jobs" / node
 
     @property
     def env(self) -> dict[str, str]:
@@ -161,12 +195,12 @@ class SlurmCluster:
         for node in NODES:
             self._daemon(["slurmd", "-N", node])
         self._wait(self._nodes_idle, "both slurmd nodes idle")
-        self._add_test_user()
+        self._add_test_users()
 
     def down(self) -> None:
         """Stop this cluster's daemons by PID (TERM, then KILL after 15 s); leave files for logs."""
         if self.conf.exists():
-            for user in ("root", TEST_USER):
+            for user in ("root", TEST_USER, TEST_USER2):
                 subprocess.run(["scancel", "-u", user], env=self.env, capture_output=True)
             # Let the slurmstepds finish their jobs while slurmd can still hear them; otherwise
             # they linger as orphans after the daemons are gone.
@@ -194,7 +228,7 @@ class SlurmCluster:
             "state/ctld",
             "state/d",
             "jobs",
-            "dev",
+            *(f"dev/{node}" for node in NODES),
             "mysql/data",
             "mysql/run",
         ):
@@ -210,17 +244,27 @@ class SlurmCluster:
             "slurmd1": PORTS["slurmd"][1],
             "gpus": GPUS_PER_NODE,
         }
-        self.conf.write_text(SLURM_CONF.format(**values))
+        extra = MAPPING_CONF.format(**values) if self.gpu_job_mapping else ""
+        if self.first_job_id is not None:
+            extra += f"FirstJobId={self.first_job_id}\n"
+        self.conf.write_text(SLURM_CONF.format(**values, extra=extra))
+        if self.gpu_job_mapping:
+            for step in ("prolog", "epilog"):
+                wrapper = b / "etc" / f"{step}.sh"
+                script = REPO / "exporters" / "deploy" / f"slurm-{step}.sh"
+                wrapper.write_text(MAPPING_WRAPPER.format(base=b, script=script))
+                wrapper.chmod(0o755)
         (b / "etc" / "gres.conf").write_text(GRES_CONF.format(**values))
         (b / "etc" / "my.cnf").write_text(MY_CNF.format(**values))
         dbd = b / "etc" / "slurmdbd.conf"
         dbd.write_text(SLURMDBD_CONF.format(**values))
         dbd.chmod(0o600)
-        for i in range(len(NODES) * GPUS_PER_NODE):
-            device = b / "dev" / f"nvidia{i}"
-            if not device.exists():
-                # A real character device (NVIDIA major 195) keeps slurmd's logs quiet.
-                os.mknod(device, 0o666 | 0o020000, os.makedev(195, i))
+        for node in NODES:
+            for i in range(GPUS_PER_NODE):
+                device = b / "dev" / node / f"nvidia{i}"
+                if not device.exists():
+                    # A real character device (NVIDIA major 195) keeps slurmd's logs quiet.
+                    os.mknod(device, 0o666 | 0o020000, os.makedev(195, i))
 
     def _start_munge(self) -> None:
         run = self.base / "run" / "munge"
@@ -263,15 +307,16 @@ class SlurmCluster:
         )
         _check(["mariadb", sock, "-u", "root", "-e", sql])
 
-    def _add_test_user(self) -> None:
-        try:
-            pwd.getpwnam(TEST_USER)
-        except KeyError:
-            _check(["useradd", "-m", "-s", "/bin/bash", TEST_USER])
-        for command in (
-            ["sacctmgr", "-i", "add", "account", TEST_ACCOUNT],
-            ["sacctmgr", "-i", "add", "user", TEST_USER, f"DefaultAccount={TEST_ACCOUNT}"],
-        ):
+    def _add_test_users(self) -> None:
+        commands = [["sacctmgr", "-i", "add", "account", TEST_ACCOUNT]]
+        for user in (TEST_USER, TEST_USER2):
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                _check(["useradd", "-m", "-s", "/bin/bash", user])
+            account = f"DefaultAccount={TEST_ACCOUNT}"
+            commands.append(["sacctmgr", "-i", "add", "user", user, account])
+        for command in commands:
             subprocess.run(command, env=self.env, capture_output=True)  # exists on a re-run
 
     # -- helpers ----------------------------------------------------------------------------

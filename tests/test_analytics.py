@@ -539,6 +539,8 @@ def test_cluster_usage_partial_buckets(cluster_wh: Warehouse) -> None:
     assert hours[at(2)]["capacity_gpu_hours"] == pytest.approx(6.0)
     assert hours[at(2)]["allocated_gpu_hours"] == pytest.approx(4.0)
     assert hours[at(2)]["assignment_rate"] == pytest.approx(2 / 3)
+    # Utilisation comes from hourly rollups: the hour the window starts in is not dropped.
+    assert hours[at(0)]["util"] == pytest.approx(0.2)
 
 
 def test_cluster_usage_running_job_counts_to_now(cluster_wh: Warehouse) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 
 import pyarrow as pa
 import pytest
@@ -18,6 +16,7 @@ from collector.service import Collector
 from collector.settings import CollectorSettings
 from collector.targets import target_from
 from sing.config import Config
+from tests.http_stub import serving
 from warehouse.store import Warehouse
 
 # What the fake executor reports; the tests change it between syncs.
@@ -59,21 +58,8 @@ DCGM_PAYLOAD = (
 
 @pytest.fixture
 def dcgm_target() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = DCGM_PAYLOAD.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(lambda _path: DCGM_PAYLOAD.encode()) as address:
+        yield address
 
 
 def jobs_of_gpus(wh: Warehouse, ts: datetime, cluster: str = "campus") -> dict[int, str | None]:

@@ -257,3 +257,26 @@ def test_saturated_port_gets_null_bytes_and_no_bogus_delta_after_it() -> None:
         {"tx_bytes": 4000, "tx_delta_bytes": None, "cluster": "c"},  # not 4000 as if a reset
         {"tx_bytes": 9000, "tx_delta_bytes": 5000, "cluster": "c"},
     ]
+
+
+def test_an_exporter_reading_the_prolog_mapping_is_not_overruled_by_stale_allocations() -> None:
+    """The last job sync still lists job 8 on n1's GPUs 0-1 after it ended. A node whose exporter
+    reads the prolog's mapping and names no job for them has them free; a node whose exporter
+    has no mapping (or a dcgm-exporter payload) falls back to the allocations."""
+    util = 'sing_gpu_utilization_ratio{{gpu="{g}",uuid="GPU-{g}"}} 0.5\n'
+    gpus = util.format(g=0) + util.format(g=1)
+    held = 'sing_gpu_job_info{gpu="1",uuid="GPU-1",job_id="9",user="u"} 1\n'
+    mapped = "sing_gpu_job_mapping_present 1\n"
+    unmapped = "sing_gpu_job_mapping_present 0\n"
+    allocations = {("c", node, g): "8" for node in ("n1", "n2") for g in (0, 1)}
+    rows = RoundRows(CounterDeltas(), allocations)
+    ts = datetime(2026, 1, 5, tzinfo=UTC)
+    rows.add_node(ts, "c", "n1", read_node(parse(gpus + held + mapped, WANTED)))
+    rows.add_node(ts, "c", "n2", read_node(parse(gpus + held + unmapped, WANTED)))
+    samples = rows.tables()["gpu_samples"].select(["node", "gpu_index", "job_id"]).to_pylist()
+    assert samples == [
+        {"node": "n1", "gpu_index": 0, "job_id": None},
+        {"node": "n1", "gpu_index": 1, "job_id": "9"},
+        {"node": "n2", "gpu_index": 0, "job_id": "8"},
+        {"node": "n2", "gpu_index": 1, "job_id": "9"},
+    ]

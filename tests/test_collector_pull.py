@@ -14,9 +14,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -25,6 +23,7 @@ from collector.pull import PrometheusPull
 from collector.service import Collector
 from collector.settings import CollectorSettings
 from sing.config import Config
+from tests.http_stub import serving
 from warehouse.store import Warehouse
 
 TX_PER_S = 1000  # bytes per second every node's port sends
@@ -77,25 +76,14 @@ class ScriptedPrometheus:
 def prometheus() -> Iterator[tuple[str, ScriptedPrometheus]]:
     script = ScriptedPrometheus()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            parts = urlsplit(self.path)
-            params = {k: v[0] for k, v in parse_qs(parts.query).items()}
-            endpoint = parts.path.rsplit("/", 1)[1]
-            data = getattr(script, endpoint)(params)
-            body = json.dumps({"status": "success", "data": data}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> bytes:
+        parts = urlsplit(path)
+        params = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        data = getattr(script, parts.path.rsplit("/", 1)[1])(params)
+        return json.dumps({"status": "success", "data": data}).encode()
 
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", script
-    server.shutdown()
+    with serving(answer) as address:
+        yield f"http://{address}", script
 
 
 def pull_collector(wh: Warehouse, url: str) -> PrometheusPull:

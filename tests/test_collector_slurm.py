@@ -10,9 +10,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 
 import pytest
 
@@ -23,6 +21,7 @@ from collector.settings import CollectorSettings
 from collector.targets import target_from
 from sing.config import Config
 from tests.debian import IN_CI
+from tests.http_stub import serving
 from tests.slurm_harness import SlurmCluster, install
 from warehouse.store import Warehouse
 
@@ -60,21 +59,8 @@ def slurm() -> Iterator[SlurmCluster]:
 
 @pytest.fixture
 def gpu1_exporter() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = PAYLOAD.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(lambda _path: PAYLOAD.encode()) as address:
+        yield address
 
 
 def test_inventory_merges_sinfo_and_the_exporter(

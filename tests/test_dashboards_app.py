@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboards import access
 from dashboards.settings import DashboardSettings, RoleSettings
+from executors.records import JobRecord, to_tables
 from sing.config import Config, ConfigError
 from tests.shared_data import PHILLY
 from warehouse.store import Warehouse
@@ -280,6 +281,31 @@ def test_my_jobs_lists_only_the_users_own_jobs(warehouse: Warehouse) -> None:
     assert shown == own and int(metrics(at)["Jobs"]) == len(own)
     assert "user" not in [box.key for box in at.selectbox]  # only admins pick a user
     assert set(at.selectbox(key="detail_job").options) == own
+
+
+def test_my_jobs_of_a_user_with_only_cpu_jobs_shows_no_gpu_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPU-only jobs are synced too: a window holding only those has no GPU-hours to weight by."""
+    root = tmp_path / "wh"
+    start = END - timedelta(hours=5)
+    cpu_jobs = [
+        JobRecord(str(n), "campus", "COMPLETED", user="cpuonly", partition="cpu",
+                  submit_time=start, start_time=start, end_time=start + timedelta(hours=n),
+                  exit_code=0, nodes=("cpu01",), num_gpus=0)
+        for n in (1, 2)
+    ]  # fmt: skip
+    jobs, _ = to_tables(cpu_jobs, recorded_at=END)
+    Warehouse(root).append("jobs", jobs)
+    config = tmp_path / "sing.toml"
+    config.write_text('[dashboard]\nauth = "oidc"\n')
+    monkeypatch.setenv("SING_WAREHOUSE", str(root))
+    monkeypatch.setenv("SING_CONFIG", str(config))
+    at = open_app("cpuonly", "my_jobs")
+    shown = metrics(at)
+    assert shown["Jobs"] == "2" and shown["GPU-hours"] == "0.0 h"
+    assert shown["GPU utilization (GPU-hour weighted)"] == "n/a"
+    assert any("0 GPU(s)" in caption.value for caption in at.caption)  # the job in detail
 
 
 def test_job_page_shows_own_job_and_refuses_anybody_elses(warehouse: Warehouse) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.debian import ensure_packages
+from tests.debian import BROWSER_PACKAGES, ensure_packages
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
 
@@ -110,7 +110,7 @@ def demo_url(warehouse: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser():
-    ensure_packages("chromium")
+    ensure_packages(*BROWSER_PACKAGES)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -33,8 +33,8 @@ WRITER = textwrap.dedent(
     wh = Warehouse(sys.argv[1])
     start = datetime.fromisoformat(sys.argv[2])
     wh.append("nodes", pa.table({
-        "node": ["n1"], "gpus": pa.array([8], pa.int16()), "cluster": ["c"],
-        "valid_from": pa.array([start], pa.timestamp("us", tz="UTC")),
+        "cluster": ["c"], "node": ["n1"], "gpus": pa.array([8], pa.int16()),
+        "valid_from": [start], "source": ["exporter"],
     }))
     for k in range(int(sys.argv[3])):
         t0 = start + timedelta(minutes=10 * k)

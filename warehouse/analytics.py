@@ -320,7 +320,9 @@ def cluster_usage(
             SELECT date_trunc('{bucket}', hour) AS bucket,
                    sum(util_sum) / sum(samples) AS util,
                    sum(assigned_samples) / sum(samples) AS sampled_assignment
-            FROM gpu_hourly WHERE hour >= $since AND hour < $until GROUP BY 1
+            -- hourly rollups: a window starting mid-hour takes that whole hour's samples
+            FROM gpu_hourly
+            WHERE hour >= date_trunc('hour', $since) AND hour < $until GROUP BY 1
         ),
         span AS (
             SELECT bucket, greatest(bucket, $since) AS b_start,

@@ -32,12 +32,22 @@ known = usage.filter(
 )
 allocated = known["allocated_gpu_hours"].sum()
 capacity = known["capacity_gpu_hours"].sum()
-used = (known["util"].fill_null(0) * known["capacity_gpu_hours"]).sum()
+# Utilisation only over buckets that have samples: a bucket without any is unknown, not idle.
+measured = known.filter(pl.col("util").is_not_null())
+used = (measured["util"] * measured["capacity_gpu_hours"]).sum()
+measured_capacity = measured["capacity_gpu_hours"].sum()
+measured_allocated = measured["allocated_gpu_hours"].sum()
 eight = by_nodes.filter(pl.col("nodes") == 8)["weighted_util"]
 a, b, c, d = st.columns(4)
 a.metric("GPU assignment rate", percent(allocated / capacity) if capacity else "unknown")
-b.metric("GPU utilization (all GPUs)", percent(used / capacity) if capacity else "unknown")
-c.metric("Utilization of assigned GPUs", percent(used / allocated if allocated else None))
+b.metric(
+    "GPU utilization (all GPUs)",
+    percent(used / measured_capacity) if measured_capacity else "unknown",
+)
+c.metric(
+    "Utilization of assigned GPUs",
+    percent(used / measured_allocated) if measured_allocated else "unknown",
+)
 d.metric("8-node jobs' utilization", percent(eight[0] if len(eight) else None))
 unknown = usage.height - known.height
 if unknown:

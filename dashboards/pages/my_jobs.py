@@ -33,10 +33,14 @@ if jobs.is_empty():
     st.info(f"{user} has no job that ran in this window.")
     st.stop()
 
-weighted = (jobs["mean_util"].fill_null(0) * jobs["gpu_hours"]).sum() / jobs["gpu_hours"].sum()
+gpu_hours = jobs["gpu_hours"].sum()
+# CPU-only jobs are synced too: a window of only those has no GPU-hours to weight by.
+weighted = (
+    (jobs["mean_util"].fill_null(0) * jobs["gpu_hours"]).sum() / gpu_hours if gpu_hours else None
+)
 a, b, c, d = st.columns(4)
 a.metric("Jobs", f"{jobs.height}")
-b.metric("GPU-hours", hours(jobs["gpu_hours"].sum()))
+b.metric("GPU-hours", hours(gpu_hours))
 c.metric("GPU utilization (GPU-hour weighted)", percent(weighted))
 d.metric("Idle GPU-hours", hours(jobs["idle_gpu_hours"].sum()))
 

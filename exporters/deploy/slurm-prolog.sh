@@ -1,7 +1,9 @@
 #!/bin/sh
 # Slurm Prolog: record which GPUs the starting job holds, one file per GPU index with the job
 # ids inside (dcgm-exporter's --hpc-job-mapping-dir format), for `sing exporter`.
-# Install on GPU nodes, e.g. slurm.conf `Prolog=/etc/slurm/prolog.d/*`; it runs as root.
+# Install on GPU nodes (slurm.conf `Prolog=/path/slurm-prolog.sh` with `PrologFlags=Alloc`, so it
+# runs on every node of a job when allocated, not only where a step starts; docs/deploy.md).
+# It runs as root; SLURM_JOB_GPUS holds the job's GPU indices on this node.
 # A failing prolog drains the node, so this script never fails: it always exits 0.
 DIR="${SING_GPU_JOB_DIR:-/run/sing/gpu-jobs}"
 GPUS="${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-${CUDA_VISIBLE_DEVICES:-}}}"
