@@ -28,10 +28,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.debian import ensure_packages
+import pytest
+
+from tests.debian import IN_CI, ensure_packages
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,6 +164,35 @@ def install() -> None:
     finally:
         if added:
             policy.unlink()
+
+
+def scratch(prefix: str) -> Path:
+    """Install Slurm and make a scratch directory for a test module's cluster: not under pytest's
+    0700 tmp dir, since the test users' jobs must reach it. Fails under CI without root."""
+    install()
+    if os.geteuid() != 0:
+        (pytest.fail if IN_CI else pytest.skip)("the loopback Slurm needs root")
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    return base
+
+
+@contextlib.contextmanager
+def running(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster up with $SLURM_CONF pointing at it; afterwards down, $SLURM_CONF restored
+    and its directory removed."""
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        shutil.rmtree(cluster.base, ignore_errors=True)
 
 
 class SlurmCluster:

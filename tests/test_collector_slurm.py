@@ -6,9 +6,6 @@ machine); gpu-2 has none, so its Gres count stands in."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +17,8 @@ from collector.service import Collector
 from collector.settings import CollectorSettings
 from collector.targets import target_from
 from sing.config import Config
-from tests.debian import IN_CI
 from tests.http_stub import serving
-from tests.slurm_harness import SlurmCluster, install
+from tests.slurm_harness import SlurmCluster, running, scratch
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -37,24 +33,8 @@ PAYLOAD = "".join(
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    install()
-    if os.geteuid() != 0:
-        (pytest.fail if IN_CI else pytest.skip)("the loopback Slurm needs root")
-    base = Path(tempfile.mkdtemp(prefix="sing-slurm-"))
-    base.chmod(0o755)
-    cluster = SlurmCluster(base)
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)
-    try:
-        cluster.up()
+    with running(SlurmCluster(scratch("sing-slurm-"))) as cluster:
         yield cluster
-    finally:
-        cluster.down()
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,13 +8,9 @@ synced into a warehouse, and every record is checked against what was submitted.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +20,7 @@ from executors.settings import ExecutorSettings
 from executors.slurm import SlurmExecutor, run_command
 from executors.sync import sync
 from sing.errors import UserError
-from tests.debian import IN_CI
-from tests.slurm_harness import TEST_USER, SlurmCluster, install
+from tests.slurm_harness import TEST_USER, SlurmCluster, running, scratch
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
@@ -79,25 +74,8 @@ def wait_for(check, what: str, timeout: float):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    install()
-    if os.geteuid() != 0:
-        (pytest.fail if IN_CI else pytest.skip)("the loopback Slurm needs root")
-    # Not under pytest's 0700 tmp dir: the ordinary user's jobs must reach their directory.
-    base = Path(tempfile.mkdtemp(prefix="sing-slurm-"))
-    base.chmod(0o755)
-    cluster = SlurmCluster(base)
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)
-    try:
-        cluster.up()
+    with running(SlurmCluster(scratch("sing-slurm-"))) as cluster:
         yield _submit_and_observe(cluster, Warehouse(tmp_path_factory.mktemp("wh")))
-    finally:
-        cluster.down()
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _submit_and_observe(cluster: SlurmCluster, wh: Warehouse) -> Run:

@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 import warnings
@@ -56,11 +55,10 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.debian import IN_CI
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
 from tests.real_path.processes import Service, run, wait_for
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
-from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster, install
+from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster, scratch
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
@@ -295,12 +293,7 @@ def real(request: pytest.FixtureRequest) -> Iterator[RealRun]:
     The scratch directory (logs of every process, the warehouse) is kept when a test of the
     module failed, its path given in a warning; MariaDB's files are removed either way.
     """
-    install()
-    if os.geteuid() != 0:
-        (pytest.fail if IN_CI else pytest.skip)("the loopback Slurm needs root")
-    # Not under pytest's 0700 tmp dir: the test users' jobs must reach it.
-    base = Path(tempfile.mkdtemp(prefix="sing-realpath-"))
-    base.chmod(0o755)
+    base = scratch("sing-realpath-")
     cluster = SlurmCluster(base / "slurm", gpu_job_mapping=True, first_job_id=8)
     failed_before, keep = request.session.testsfailed, True
     try:
