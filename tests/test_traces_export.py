@@ -20,6 +20,9 @@ from warehouse.store import Warehouse
 T0 = datetime(2025, 3, 3, tzinfo=UTC)
 UNTIL = T0 + timedelta(days=2)
 KEY = bytes(range(32))
+# sing 1.0's policy: exact times from T0, nodes in name order, one pseudonym per user; the
+# protections of the default policy are tested in tests/test_traces_privacy.py.
+PRECISE = TraceSettings.precise()
 USERS = [
     "alice.liddell",
     "bob.marley",
@@ -173,7 +176,7 @@ def warehouse_figures(wh: Warehouse) -> dict:
 
 
 def test_round_trip_reproduces_warehouse_aggregates(warehouse, tmp_path, capsys):
-    settings = TraceSettings(rare_shapes="keep")
+    settings = TraceSettings.precise(rare_shapes="keep")
     export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=settings)
     assert main(["trace", "validate", str(tmp_path / "t")]) == 0
     capsys.readouterr()
@@ -189,7 +192,7 @@ def test_round_trip_reproduces_warehouse_aggregates(warehouse, tmp_path, capsys)
 
 
 def test_telemetry_summary_and_timeseries_by_hand(warehouse, tmp_path):
-    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, timeseries=True)
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=PRECISE, timeseries=True)
     jobs = pq.read_table(tmp_path / "t" / "jobs.parquet").to_pylist()
     first = next(j for j in jobs if j["submit_s"] == 0)
     assert first["gpu_util_mean"] == pytest.approx(0.75)  # (0.2+0.4+0.6+0.8+4) / 8
@@ -211,7 +214,7 @@ def test_telemetry_summary_and_timeseries_by_hand(warehouse, tmp_path):
 
 
 def test_k_anonymity_merges_small_groups_and_drops_rare_shapes(warehouse, tmp_path):
-    result = export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY)  # k=5, generalize
+    result = export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=PRECISE)
     jobs = pq.read_table(tmp_path / "t" / "jobs.parquet").to_pylist()
     assert result.suppressed_jobs == 1 and len(jobs) == 13  # the lone 2-node job
     assert {j["num_nodes"] for j in jobs} == {1}
@@ -229,7 +232,7 @@ def test_no_real_name_anywhere_in_any_file(warehouse, tmp_path):
         UNTIL,
         out,
         key=KEY,
-        settings=TraceSettings(rare_shapes="keep"),
+        settings=TraceSettings.precise(rare_shapes="keep"),
         timeseries=True,
     )
     archive = zipfile.ZipFile(io.BytesIO(export_zip(warehouse, T0, UNTIL, key=KEY)))
@@ -254,7 +257,7 @@ def test_pseudonyms_depend_on_the_key(warehouse, tmp_path):
     assert key_file.stat().st_mode & 0o777 == 0o600 and load_key(key_file) == key
     users = {}
     for name, k in (("a", key), ("b", key), ("c", load_key(None))):
-        export_trace(warehouse, T0, UNTIL, tmp_path / name, key=k)
+        export_trace(warehouse, T0, UNTIL, tmp_path / name, key=k, settings=PRECISE)
         users[name] = pq.read_table(tmp_path / name / "jobs.parquet")["user"].to_pylist()
     assert users["a"] == users["b"]  # same key: linkable on purpose
     assert not set(users["a"]) & set(users["c"])  # fresh key: unlinkable
@@ -300,7 +303,8 @@ def test_cli_export(warehouse, tmp_path, capsys):
         ]
     )
     assert code == 0, capsys.readouterr().err
-    assert "13 jobs" in capsys.readouterr().out and key_file.exists()
+    out_text = capsys.readouterr().out  # the default policy: cells of < 5 users left out
+    assert "6 jobs" in out_text and "8 jobs left out" in out_text and key_file.exists()
     code = main(
         [
             "--warehouse",
@@ -319,7 +323,7 @@ def test_cli_export(warehouse, tmp_path, capsys):
 
 
 def test_dropped_fields_are_absent_and_trace_still_valid(warehouse, tmp_path):
-    settings = TraceSettings(drop=("dependencies", "partition"))
+    settings = TraceSettings.precise(drop=("dependencies", "partition"))
     export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=settings)
     names = pq.read_schema(tmp_path / "t" / "jobs.parquet").names
     assert "dependencies" not in names and "partition" not in names and "user" in names
@@ -335,7 +339,7 @@ def test_rare_shape_policies(tmp_path):
     wh.append("jobs", pa.Table.from_pylist(jobs))
     models = {}
     for policy in ("generalize", "suppress", "keep"):
-        release = build_release(wh, T0, UNTIL, KEY, TraceSettings(rare_shapes=policy))
+        release = build_release(wh, T0, UNTIL, KEY, TraceSettings.precise(rare_shapes=policy))
         models[policy] = (sorted(release.jobs["gpu_model"].to_pylist()), release.suppressed_jobs)
     assert models["generalize"] == (["A100"] * 6 + ["other"] * 6, 0)
     assert models["suppress"] == (["A100"] * 6, 6)
@@ -382,7 +386,7 @@ def test_multi_node_job_lists_and_medians(tmp_path):
             }
         ),
     )
-    settings = TraceSettings(rare_shapes="keep")
+    settings = TraceSettings.precise(rare_shapes="keep")
     two_nodes, one_gpu = build_release(wh, T0, UNTIL, KEY, settings).jobs.to_pylist()
     assert two_nodes["nodes"] == ["n003", "n001"]  # node01 -> n001, node03 -> n003
     assert two_nodes["node_rdma_tx_bytes"] == [300, 100]
@@ -434,7 +438,9 @@ def test_energy_across_a_counter_reset_unknown_rdma_and_clusters_kept_apart(tmp_
         "cluster": ["campus"] * 2,
     }
     wh.append("rdma_samples", pa.table(rdma))
-    jobs = build_release(wh, T0, UNTIL, KEY, TraceSettings(rare_shapes="keep")).jobs.to_pylist()
+    jobs = build_release(
+        wh, T0, UNTIL, KEY, TraceSettings.precise(rare_shapes="keep")
+    ).jobs.to_pylist()
     mine = next(j for j in jobs if j["gpu_util_mean"] is not None and j["energy_j"] < 1000)
     assert mine["energy_j"] == pytest.approx(240.0)  # 100 + 40 + 100; max - min would be 1060
     assert mine["rdma_tx_bytes"] is None and mine["node_rdma_tx_bytes"] == [None]

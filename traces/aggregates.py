@@ -64,7 +64,12 @@ def differences(expected: dict, actual: dict, rel_tol: float = 1e-9) -> list[str
 
 def _with_defaults(jobs: pa.Table) -> pa.Table:
     """A release may drop optional fields; the query still needs them (as nulls)."""
-    for name, dtype in (("user", pa.string()), ("num_gpus", pa.int64()), ("queue_s", pa.float64())):
+    for name, dtype in (
+        ("user", pa.string()),
+        ("num_gpus", pa.int64()),
+        ("queue_s", pa.float64()),
+        ("end_s", pa.float64()),
+    ):
         if name not in jobs.column_names:
             jobs = jobs.append_column(name, pa.nulls(jobs.num_rows, dtype))
     return jobs

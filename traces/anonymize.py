@@ -22,22 +22,28 @@ SHA256_BLOCK = 64
 
 
 def pseudonymize(
-    column: pa.ChunkedArray | pa.Array, key: bytes, kind: str, distinct: bool = False
+    column: pa.ChunkedArray | pa.Array,
+    key: bytes,
+    kind: str,
+    distinct: bool = False,
+    domain: str = "",
 ) -> pa.Array:
-    """Replace each value by `kind` + '_' + HMAC-SHA256(key, kind:value), nulls kept.
+    """Replace each value by `kind` + '_' + HMAC-SHA256(key, domain:value), nulls kept.
 
-    The HMAC runs once per distinct value, found first; `distinct=True` says that (nearly) all
-    values differ already, as job ids do, so looking for repeats would be wasted work.
+    The domain is `kind` unless given: a user pseudonym made per job (domain "u-job", from the
+    job id) can then never equal a user's own. The HMAC runs once per distinct value, found
+    first; `distinct=True` says that (nearly) all values differ already, as job ids do, so
+    looking for repeats would be wasted work.
     """
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if distinct:
-        return _pseudonyms(array, key, kind)
+        return _pseudonyms(array, key, kind, domain or kind)
     encoded = pc.dictionary_encode(array)
-    return pc.take(_pseudonyms(encoded.dictionary, key, kind), encoded.indices)
+    return pc.take(_pseudonyms(encoded.dictionary, key, kind, domain or kind), encoded.indices)
 
 
-def _pseudonyms(values: pa.Array, key: bytes, kind: str) -> pa.Array:
-    mac = hmac_sha256_hex(key, f"{kind}:".encode())
+def _pseudonyms(values: pa.Array, key: bytes, kind: str, domain: str) -> pa.Array:
+    mac = hmac_sha256_hex(key, f"{domain}:".encode())
     names = [
         None if value is None else f"{kind}_{mac(value)[:PSEUDONYM_HEX]}"
         for value in values.cast(pa.binary()).to_pylist()
@@ -71,17 +77,37 @@ def hmac_sha256_hex(key: bytes, prefix: bytes) -> Callable[[bytes], str]:
 
 
 SHAPE = ("num_nodes", "gpus_per_node", "gpu_model")
+# The columns of `people` behind each quasi-identifier of [trace] quasi_identifiers: the bins
+# of the coarsened times, not their jittered released values.
+QI_COLUMNS = {
+    "shape": SHAPE,
+    "submit": ("submit_bin",),
+    "run": ("run_bin",),
+    "queue": ("queue_bin",),
+    "partition": ("partition",),
+    "group": ("group",),
+    "dependencies": ("dependencies",),
+}
 
 
-def _same_shape(a: str, b: str) -> str:
-    """Join condition on the shape columns, where an unknown (null) value matches itself."""
-    return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in SHAPE)
+def _same(a: str, b: str, columns: tuple[str, ...]) -> str:
+    """Join condition on `columns`, where an unknown (null) value matches itself."""
+    return " AND ".join([f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in columns] or ["TRUE"])
 
 
-# Over the relation `people` (r, user, group, num_nodes, gpus_per_node, gpu_model), one row per
-# job: the jobs kept, with their group and GPU model after merging. Parameters: $k,
-# $generalize, $keep_rare.
-K_ANONYMITY_SQL = f"""
+def k_anonymity_sql(quasi_identifiers: tuple[str, ...]) -> str:
+    """Over the relation `people` (r, user, group, shape, time bins, partition), one row per job:
+    the jobs kept, with their group and GPU model after merging. Parameters: $k, $generalize,
+    $keep_rare.
+
+    A cell is the jobs with equal quasi-identifiers. It is kept when it holds at least k
+    distinct users and no user holds more than half of its jobs: otherwise someone who can
+    list every job's owner (`sacct -a`) and finds the cell would name that user.
+    """
+    cell = tuple(dict.fromkeys(c for q in quasi_identifiers for c in QI_COLUMNS[q]))
+    listed = ", ".join(f'"{c}"' if c == "group" else c for c in cell)
+    key = f"{listed}, " if listed else ""
+    return f"""
 WITH group_users AS (
     SELECT "group", count(DISTINCT "user") AS n FROM people GROUP BY ALL
 ),
@@ -89,36 +115,42 @@ shape_users AS (
     SELECT {", ".join(SHAPE)}, count(DISTINCT "user") AS n FROM people GROUP BY ALL
 ),
 merged AS (
-    SELECT p.r, p."user", p.num_nodes, p.gpus_per_node,
+    SELECT p.* EXCLUDE ("group", gpu_model),
            CASE WHEN g.n < $k THEN '{OTHER}' ELSE p."group" END AS "group",
            CASE WHEN $generalize AND s.n < $k THEN '{OTHER}' ELSE p.gpu_model END AS gpu_model
     FROM people p
     LEFT JOIN group_users g ON p."group" = g."group"
-    JOIN shape_users s ON {_same_shape("p", "s")}
+    JOIN shape_users s ON {_same("p", "s", SHAPE)}
 ),
-merged_shapes AS (
-    SELECT {", ".join(SHAPE)}, count(DISTINCT "user") AS n FROM merged GROUP BY ALL
+cell_users AS (
+    SELECT {key}"user", count(*) AS n FROM merged GROUP BY ALL
+),
+cells AS (
+    SELECT {key}count(*) AS users, sum(n) AS jobs, max(n) AS top FROM cell_users GROUP BY ALL
 )
 SELECT m.r, m."group", m.gpu_model
-FROM merged m JOIN merged_shapes s ON {_same_shape("m", "s")}
-WHERE $keep_rare OR s.n >= $k
+FROM merged m JOIN cells c ON {_same("m", "c", cell)}
+WHERE $keep_rare OR (c.users >= $k AND ($k < 2 OR 2 * c.top <= c.jobs))
 """
 
 
-def apply_k_anonymity(con: duckdb.DuckDBPyConnection, k: int, rare_shapes: str) -> int:
+def apply_k_anonymity(
+    con: duckdb.DuckDBPyConnection, k: int, rare_shapes: str, quasi_identifiers: tuple[str, ...]
+) -> int:
     """Create the temporary table `kept` (r, group, gpu_model) from the relation `people`.
 
     Groups of fewer than k distinct users are merged into OTHER. A shape is (num_nodes,
     gpus_per_node, gpu_model); one used by fewer than k distinct users singles out whoever ran
-    it, and `rare_shapes` says what happens to it. Only these narrow columns take part, so the
-    wide job rows are never copied for the policy. Returns how many jobs were left out.
+    it: `generalize` turns its model into OTHER before the cells are formed. `rare_shapes` =
+    keep applies no cell rule. Only these narrow columns take part, so the wide job rows are
+    never copied for the policy. Returns how many jobs were left out.
     """
     params = {
         "k": k,
         "generalize": rare_shapes == "generalize",
         "keep_rare": rare_shapes == "keep",
     }
-    con.execute(f"CREATE TEMP TABLE kept AS {K_ANONYMITY_SQL}", params)
+    con.execute(f"CREATE TEMP TABLE kept AS {k_anonymity_sql(quasi_identifiers)}", params)
     ((left_out,),) = con.execute(
         "SELECT (SELECT count(*) FROM people) - (SELECT count(*) FROM kept)"
     ).fetchall()

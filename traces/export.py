@@ -9,11 +9,13 @@ become n001, n002, ... in name order."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,9 +25,53 @@ from sing.errors import UserError
 from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
 from traces.format import JOBS, TIMESERIES, conform, state_sql
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
-from traces.settings import TraceSettings, load_key
+from traces.settings import ANY, TraceSettings, load_key
 from warehouse.analytics import job_gpu_sql, job_rdma_sql
 from warehouse.store import Warehouse
+
+
+def _bucket(x: str) -> str:
+    """SQL: the bucket of duration `x` (a whole power of $ratio; exact below 1 s or at ratio 1)."""
+    return f"CASE WHEN $ratio > 1 AND {x} >= 1 THEN floor(ln({x}) / ln($ratio)) ELSE {x} END"
+
+
+def _place(x: str, i: int) -> str:
+    """SQL: a released duration inside the bucket of `x`, at the bucket's i-th keyed fraction."""
+    return f"CASE WHEN $ratio > 1 AND {x} >= 1 THEN pow($ratio, {x}_bin + u[{i}]) ELSE {x} END"
+
+
+# Each job's times in release coordinates (seconds since $origin), coarsened: the submit time
+# falls in a bin of $res seconds, run and queue times in buckets growing by the factor $ratio.
+# The bins are what the k rule groups by; the released values lie at a keyed pseudo-random
+# place inside their bin, so a release has no bursts at bin edges and says nothing finer.
+# $res = 0 and $ratio = 1 keep the exact times. A job cut by the window end is censored: its
+# run ends at $until. Parameters: $origin, $until, $res, $ratio, $salt.
+COARSE_SQL = f"""
+WITH t AS (
+    SELECT r, job_id,
+           (epoch_us(submit_time) - epoch_us($origin)) / 1e6 AS submit,
+           CASE WHEN start_time < $until
+                THEN (epoch_us(start_time) - epoch_us(submit_time)) / 1e6 END AS queue,
+           CASE WHEN start_time < $until
+                THEN (epoch_us(least(coalesce(end_time, $until), $until))
+                      - epoch_us(start_time)) / 1e6 END AS run,
+           end_time IS NULL OR end_time > $until AS censored
+    FROM sel
+),
+b AS (
+    SELECT r, censored, submit, run, queue,
+           CASE WHEN $res > 0 THEN floor(submit / $res) ELSE submit END AS submit_bin,
+           {_bucket("run")} AS run_bin,
+           {_bucket("queue")} AS queue_bin,
+           [(hash(job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q']] AS u
+    FROM t
+)
+SELECT r, censored, submit_bin, run_bin, queue_bin,
+       CASE WHEN $res > 0 THEN (submit_bin + u[1]) * $res ELSE submit END AS submit_s,
+       {_place("run", 2)} AS run_s,
+       {_place("queue", 3)} AS queue_s
+FROM b
+"""
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
 # the window (`sel`, real ids, the job name never selected), numbered `r` so that every later
@@ -50,26 +96,60 @@ CREATE TEMP TABLE rdma AS
     SELECT s.r, d.node, d.tx_bytes AS tx, d.rx_bytes AS rx
     FROM ({job_rdma_sql("rdma_days")}) d
     JOIN sel s ON s.cluster = d.cluster AND s.job_id = d.job_id;
-CREATE TEMP VIEW people AS
-    SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model
-    FROM sel LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
-                        FROM nodes GROUP BY ALL) m
-         ON m.cluster = sel.cluster AND m.node = sel.nodes[1];
+CREATE TEMP TABLE coarse AS {COARSE_SQL};
 """
 
-# Every node the selected jobs touched, renamed in name order.
+# The columns the k-anonymity policy looks at, one row per job; dependencies as released
+# (`deps`: raw -> cleaned text).
+PEOPLE_SQL = """
+CREATE TEMP VIEW people AS
+    SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, partition,
+           c.submit_bin, c.run_bin, c.queue_bin, d.clean AS dependencies
+    FROM sel JOIN coarse c USING (r)
+    LEFT JOIN deps d ON d.raw = sel.dependencies
+    LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
+               FROM nodes GROUP BY ALL) m
+         ON m.cluster = sel.cluster AND m.node = sel.nodes[1]
+"""
+
+# Every node the selected jobs touched, renamed n001, n002, ... in name order, or in the order
+# of a keyed hash of the name (random aliases). Parameters: $width, $salt.
 NODE_MAP_SQL = """
 CREATE TEMP TABLE node_map AS
-SELECT node, printf('n%0' || $width || 'd', row_number() OVER (ORDER BY node)) AS alias
+SELECT node, printf('n%0' || $width || 'd', row_number() OVER (ORDER BY {order})) AS alias
 FROM (
     SELECT unnest(nodes) AS node FROM sel
     UNION SELECT node FROM gpu
     UNION SELECT node FROM rdma
 ) WHERE node IS NOT NULL
 """
+NODE_ORDER = {"name_order": "node", "random": "sha256($salt || node)"}
 
-# The kept jobs (`kept`: r, group and GPU model after the k-anonymity policy), in release order.
-JOBS_SQL = f"""
+# How a job's nodes are named in the jobs query: from `node_map`, or by their place in the
+# job's own list (per_job). Each: a one-node job's list and join, a longer list's entry and join.
+NODE_ALIASES = {
+    "global": (
+        "[m.alias]",
+        "JOIN node_map m ON m.node = s.nodes[1]",
+        "m.alias",
+        "JOIN node_map m USING (node)",
+    ),
+    "per_job": ("['n1']", "", "'n' || jn.i", ""),
+}
+# The same for the timeseries, whose rows carry job id and node.
+SERIES_NODE_MAP = {
+    "global": "node_map m USING (node)",
+    "per_job": """(SELECT job_id, unnest(nodes) AS node,
+                   'n' || generate_subscripts(nodes, 1) AS alias FROM sel) m
+                  USING (job_id, node)""",
+}
+
+
+def jobs_sql(aliases: str) -> str:
+    """The kept jobs (`kept`: r, group and GPU model after the k-anonymity policy), with their
+    coarsened times, in release order; nodes named as NODE_ALIASES[aliases] says."""
+    one_alias, one_join, entry_alias, entry_join = NODE_ALIASES[aliases]
+    return f"""
 WITH gpu_job AS (
     SELECT r, count(*) AS gpus,
            sum(util_sum) / nullif(sum(n), 0) AS gpu_util_mean,
@@ -89,19 +169,19 @@ gpu_p50 AS (  -- the median over a job's GPUs; of one GPU that is the job's mean
 -- two plain joins name; longer lists are unnested, joined and put back in list order (sorting
 -- each small list beats an ordered aggregate, list(... ORDER BY i)).
 one_node AS (
-    SELECT s.r, [m.alias] AS nodes, [d.tx] AS node_rdma_tx_bytes, [d.rx] AS node_rdma_rx_bytes
+    SELECT s.r, {one_alias} AS nodes, [d.tx] AS node_rdma_tx_bytes, [d.rx] AS node_rdma_rx_bytes
     FROM sel s
-    JOIN node_map m ON m.node = s.nodes[1]
+    {one_join}
     LEFT JOIN rdma d ON d.r = s.r AND d.node = s.nodes[1]
-    WHERE len(s.nodes) = 1
+    WHERE len(s.nodes) = 1 AND s.nodes[1] IS NOT NULL
 ),
 job_nodes AS (
     SELECT r, unnest(nodes) AS node, generate_subscripts(nodes, 1) AS i
     FROM sel WHERE len(nodes) > 1
 ),
 node_entries AS (
-    SELECT jn.r, list_sort(list({{'i': jn.i, 'node': m.alias, 'tx': d.tx, 'rx': d.rx}})) AS l
-    FROM job_nodes jn JOIN node_map m USING (node) LEFT JOIN rdma d USING (r, node)
+    SELECT jn.r, list_sort(list({{'i': jn.i, 'node': {entry_alias}, 'tx': d.tx, 'rx': d.rx}})) AS l
+    FROM job_nodes jn {entry_join} LEFT JOIN rdma d USING (r, node)
     GROUP BY jn.r
 ),
 node_lists AS (
@@ -120,27 +200,18 @@ rdma_job AS (
     FROM rdma GROUP BY r
 ),
 times AS (
-    SELECT *,
-           CASE WHEN start_time < $until THEN start_time END AS t_start,
-           CASE WHEN start_time < $until
-                THEN least(coalesce(end_time, $until), $until) END AS t_end,
-           end_time IS NULL OR end_time > $until AS censored
-    FROM sel
+    SELECT *, c.submit_s + c.queue_s AS start_s, c.submit_s + c.queue_s + c.run_s AS end_s
+    FROM sel JOIN coarse c USING (r)
 )
-SELECT t.job_id, t."user", k."group",
-       (epoch_us(t.submit_time) - epoch_us($since)) / 1e6 AS submit_s,
-       (epoch_us(t.t_start) - epoch_us($since)) / 1e6 AS start_s,
-       (epoch_us(t.t_end) - epoch_us($since)) / 1e6 AS end_s,
-       (epoch_us(t.t_end) - epoch_us(t.t_start)) / 1e6 AS run_s,
-       (epoch_us(t.t_start) - epoch_us(t.submit_time)) / 1e6 AS queue_s,
-       CASE WHEN t.censored AND t.t_start IS NOT NULL THEN 'running'
+SELECT t.job_id, t."user", k."group", t.submit_s, t.start_s, t.end_s, t.run_s, t.queue_s,
+       CASE WHEN t.censored AND t.start_s IS NOT NULL THEN 'running'
             WHEN t.censored THEN 'pending'
             ELSE {state_sql("t.state")} END AS state,
        CASE WHEN t.censored OR t.exit_code IS NULL THEN NULL
             WHEN t.exit_code = 0 THEN 'success'
             WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
-       t.time_limit_s, t.interactive, t.censored, t.dependencies,
+       t.time_limit_s, t.interactive, t.censored, d.clean AS dependencies,
        nl.nodes, g.gpu_util_mean,
        CASE WHEN g.gpus = 1 THEN g.gpu_util_mean ELSE p.gpu_util_p50 END AS gpu_util_p50,
        g.gpu_util_max, g.sm_active_mean,
@@ -149,14 +220,16 @@ SELECT t.job_id, t."user", k."group",
        nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
 FROM times t
 JOIN kept k USING (r)
+LEFT JOIN deps d ON d.raw = t.dependencies
 LEFT JOIN gpu_job g USING (r)
 LEFT JOIN gpu_p50 p USING (r)
 LEFT JOIN node_lists nl USING (r)
 LEFT JOIN rdma_job rj USING (r)
-ORDER BY t.submit_time, t.job_id  -- the release order
+ORDER BY t.submit_s, t.job_id  -- the release order
 """
 
-# Per job, node, minute from the raw samples of the kept jobs.
+
+# Per job, node, minute from the raw samples of the kept jobs; minutes count from $origin.
 TIMESERIES_SQL = """
 WITH kept_ids AS (SELECT job_id FROM sel SEMI JOIN kept USING (r)),
 per_gpu AS (
@@ -180,15 +253,25 @@ r AS (
     GROUP BY ALL
 )
 SELECT job_id, m.alias AS node,
-       (epoch_us(minute) - epoch_us($since)) // 1000000 AS minute_s,
+       (epoch_us(minute) - epoch_us($origin)) // 1000000 AS minute_s,
        gpus, gpu_util, sm_active, gpu_mem_used_bytes, gpu_power_w, rdma_tx_bytes, rdma_rx_bytes
-FROM g FULL JOIN r USING (job_id, node, minute) JOIN node_map m USING (node)
+FROM g FULL JOIN r USING (job_id, node, minute) JOIN {node_map}
 ORDER BY job_id, node, minute_s
 """
 
 PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,63}$")
 IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")  # looks like a version, is an address
+MAX_SHIFT_S = 7 * 86_400
+# The released fields that show each quasi-identifier: dropping all of them hides it.
+SHOWN_BY = {
+    "queue": ("queue_s", "start_s", "end_s"),
+    "partition": ("partition",),
+    "group": ("group",),
+    "dependencies": ("dependencies",),
+}
+# release_start of a release whose times count from a secret origin: not a real date (as PAI).
+SECRET_ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -223,31 +306,51 @@ def build_release(
         raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     con = wh.connect()
-    params = {"since": since, "until": until}
+    origin = since - timedelta(seconds=_secret_shift(key) if settings.time_shift else 0)
+    params = {
+        "since": since,
+        "until": until,
+        "origin": origin,
+        "res": settings.time_resolution_s,
+        "ratio": settings.duration_ratio,
+        "salt": _secret(key, "salt").hex(),
+    }
     for statement in filter(str.strip, STAGE_SQL.split(";")):
-        con.execute(statement, {k: v for k, v in params.items() if f"${k}" in statement})
+        con.execute(statement, _used(params, statement))
+    raw = con.sql("SELECT DISTINCT dependencies FROM sel").to_arrow_table()["dependencies"]
+    deps = pa.table({"raw": raw, "clean": _clean_dependencies(raw, settings.packages)})
+    con.register("deps", deps)
+    con.execute(PEOPLE_SQL)
     nodes = con.execute(
         "SELECT count(*) FROM (SELECT unnest(nodes) FROM sel UNION SELECT node FROM gpu "
         "UNION SELECT node FROM rdma)"
     ).fetchone()[0]
-    con.execute(NODE_MAP_SQL, {"width": max(3, len(str(nodes)))})
-    suppressed = apply_k_anonymity(con, settings.k, settings.rare_shapes)
-    kept = con.sql(JOBS_SQL, params=params).to_arrow_table()
+    aliases = "per_job" if settings.node_aliases == "per_job" else "global"
+    if aliases == "global":
+        statement = NODE_MAP_SQL.format(order=NODE_ORDER[settings.node_aliases])
+        con.execute(statement, _used(params | {"width": max(3, len(str(nodes)))}, statement))
+    suppressed = apply_k_anonymity(
+        con, settings.k, settings.rare_shapes, _quasi_identifiers(settings)
+    )
+    statement = jobs_sql(aliases)
+    kept = con.sql(statement, params=_used(params, statement)).to_arrow_table()
     series = None
     if timeseries:
-        series = con.sql(TIMESERIES_SQL, params=params).to_arrow_table()
+        statement = TIMESERIES_SQL.format(node_map=SERIES_NODE_MAP[aliases])
+        series = con.sql(statement, params=_used(params, statement)).to_arrow_table()
         series = series.set_column(0, "job_id", pseudonymize(series["job_id"], key, "j"))
         series = conform(TIMESERIES, series)
-    jobs = _pseudonymize_jobs(kept, key)
+    jobs = _pseudonymize_jobs(kept, key, settings)
     jobs = conform(JOBS, jobs, dropped=settings.drop)
     info = ReleaseInfo(
         title=settings.title,
-        release_start=since,
-        release_end=until,
+        release_start=SECRET_ORIGIN if settings.time_shift else since,
+        release_end=None if settings.time_shift else until,
         source="sing export",
         collection=_collection_text(settings),
         anonymization=_anonymization_lines(settings, suppressed, nodes),
         biases=BIASES,
+        policy=_policy(settings),
     )
     return Release(jobs, series, info, suppressed)
 
@@ -288,22 +391,69 @@ def export_zip(
         return zip_trace(result.path)
 
 
-def _pseudonymize_jobs(jobs: pa.Table, key: bytes) -> pa.Table:
+def _used(params: dict, statement: str) -> dict:
+    """The parameters a statement names (DuckDB rejects unused ones)."""
+    return {k: v for k, v in params.items() if f"${k}" in statement}
+
+
+def _secret(key: bytes, purpose: str) -> bytes:
+    """A secret derived from the release key for one purpose (shift, jitter, aliases)."""
+    return hmac.new(key, f"release-{purpose}".encode(), hashlib.sha256).digest()
+
+
+def _secret_shift(key: bytes) -> int:
+    """Seconds between the secret time origin and --since: uniform in [0, a week)."""
+    return int.from_bytes(_secret(key, "shift")[:8]) % MAX_SHIFT_S
+
+
+def _quasi_identifiers(settings: TraceSettings) -> tuple[str, ...]:
+    """The k rule's cell: the configured quasi-identifiers, less those the release does not
+    show (a dropped column, a per-job group pseudonym that says nothing)."""
+    hidden = {q for q, fields in SHOWN_BY.items() if set(fields) <= set(settings.drop)}
+    if settings.linkage == "none":
+        hidden.add("group")
+    return tuple(q for q in settings.quasi_identifiers if q not in hidden)
+
+
+def _pseudonymize_jobs(jobs: pa.Table, key: bytes, settings: TraceSettings) -> pa.Table:
+    real_ids = jobs["job_id"]
     group = jobs["group"]
     merged = pc.equal(group, OTHER)
-    jobs = jobs.set_column(0, "job_id", pseudonymize(jobs["job_id"], key, "j", distinct=True))
+    jobs = jobs.set_column(0, "job_id", pseudonymize(real_ids, key, "j", distinct=True))
     users = jobs.column_names.index("user")
-    jobs = jobs.set_column(users, "user", pseudonymize(jobs["user"], key, "u"))
+    if settings.linkage == "user":
+        user = pseudonymize(jobs["user"], key, "u")
+    else:
+        user = pseudonymize(real_ids, key, "u", distinct=True, domain="u-job")
+    jobs = jobs.set_column(users, "user", user)
     groups = jobs.column_names.index("group")
-    pseudo = pc.if_else(merged, OTHER, pseudonymize(group, key, "g"))
+    if settings.linkage == "none":
+        pseudo = pseudonymize(real_ids, key, "g", distinct=True, domain="g-job")
+    else:
+        pseudo = pc.if_else(merged, OTHER, pseudonymize(group, key, "g"))
     jobs = jobs.set_column(groups, "group", pseudo)
-    deps = jobs.column_names.index("dependencies")
-    return jobs.set_column(deps, "dependencies", _clean_dependencies(jobs["dependencies"]))
+    partitions = jobs.column_names.index("partition")
+    jobs = jobs.set_column(
+        partitions, "partition", _partitions(jobs["partition"], key, settings.partitions)
+    )
+    return jobs
 
 
-def _clean_dependencies(column: pa.ChunkedArray) -> pa.Array:
-    """Keep only package-name -> version pairs: a path, URL or free text never leaves."""
-    encoded = pc.dictionary_encode(column.combine_chunks())
+def _partitions(column: pa.ChunkedArray, key: bytes, raw: tuple[str, ...]) -> pa.Array:
+    """Partition names on the allow-list (or all, for ["*"]) stay; others become pseudonyms."""
+    if ANY in raw:
+        return column.combine_chunks()
+    listed = pc.is_in(column, pa.array(raw, pa.string()))
+    return pc.if_else(listed, column, pseudonymize(column, key, "p"))
+
+
+def _clean_dependencies(column: pa.ChunkedArray | pa.Array, packages: tuple[str, ...]) -> pa.Array:
+    """Keep only package-name -> version pairs, of the listed packages (["*"]: any name that
+    looks like a package): a path, URL, free text or a lab's private package never leaves."""
+    listed = None if ANY in packages else {p.lower() for p in packages}
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
     cleaned = []
     for text in encoded.dictionary.to_pylist():
         try:
@@ -317,12 +467,26 @@ def _clean_dependencies(column: pa.ChunkedArray) -> pa.Array:
             name: version
             for name, version in declared.items()
             if PACKAGE_NAME.match(name)
+            and (listed is None or name.lower() in listed)
             and isinstance(version, str)
             and VERSION.match(version)
             and not IPV4.match(version)
         }
         cleaned.append(json.dumps(kept, sort_keys=True))
     return pc.take(pa.array(cleaned, pa.string()), encoded.indices)
+
+
+def _policy(settings: TraceSettings) -> dict:
+    """The anonymization settings a reader needs to interpret the times, for datapackage.json."""
+    return {
+        "time_origin": "secret" if settings.time_shift else "release_start",
+        "time_resolution_s": settings.time_resolution_s,
+        "duration_ratio": settings.duration_ratio,
+        "node_aliases": settings.node_aliases,
+        "linkage": settings.linkage,
+        "k": settings.k,
+        "quasi_identifiers": list(_quasi_identifiers(settings)),
+    }
 
 
 def _utc(value: datetime) -> datetime:

@@ -42,6 +42,7 @@ class ReleaseInfo:
     anonymization: list[str] = field(default_factory=list)
     biases: list[str] = field(default_factory=list)
     source: str = ""  # "sing export" or "import:<format>"
+    policy: dict | None = None  # an export's anonymization settings (datapackage.json)
 
 
 def write_trace(
@@ -176,6 +177,7 @@ def _datapackage(info: ReleaseInfo, resources: list[dict], figures: dict) -> dic
         "release_end": info.release_end.astimezone(UTC).isoformat() if info.release_end else None,
         "source": info.source,
         "aggregates": AGGREGATES,
+        **({"anonymization": info.policy} if info.policy else {}),
         "resources": resources,
     }
 

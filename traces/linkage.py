@@ -1,0 +1,438 @@
+"""The re-identification attack a data steward runs before publishing a trace.
+
+It plays a cluster user who can run `sacct -a` (most Slurm users can): for every job in and
+around the window they see its owner, account, partition, submit, start and end time, node count,
+GPUs per node and node names, and `sinfo` gives each node's GPU model. With the release in hand
+(jobs table and datapackage.json, whose anonymization block is public), they try to name the
+owner of each pseudonym, and so read the GPU efficiency of all that person's jobs:
+
+1. Time origin: `release_start` when times are absolute. Otherwise run and queue times, which a
+   shift does not change, pair released jobs with public ones of the same size; each pair allows
+   an interval of origins (the submit bin's width) and the origin most pairs allow wins.
+2. Candidates: each released job matches the public jobs with the same coarsened submit, run and
+   queue time, nodes, GPUs per node, GPU model (unless generalised) and raw partition name.
+3. Pseudonymous values are reversed by votes over the candidates: partition and group
+   pseudonyms, and node aliases (also the hypothesis that aliases follow node-name order).
+   Candidates that contradict a reversed value drop out, unless none would be left.
+4. A pseudonym's jobs vote: a user's posterior is the product over the jobs of the share of the
+   job's candidates that are theirs (Bayes with a uniform prior, a small floor for a miss).
+   Released jobs that declare the same dependencies are voted on together as well (a private
+   package name is a fingerprint). The attacker names a user only above a posterior of 1/2.
+
+`evaluate` builds a release with a known key, attacks it, and scores the claims against the
+truth the steward holds: the share of users with at least one correctly named pseudonym, and the
+share of released jobs whose owner the attacker names correctly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traces import sql
+from traces.anonymize import OTHER, pseudonymize
+from traces.export import MAX_SHIFT_S, build_release
+from traces.format import JOBS, conform
+from traces.settings import ANY, TraceSettings
+from warehouse.store import Warehouse
+
+CLAIM_POSTERIOR = 0.5  # the attacker names a user only when more likely than not
+MISS = 0.01  # a user's share floor in a job that does not list them (a stray mismatch)
+OFFSET_JOBS = 2000  # released jobs that vote on the time origin
+OFFSET_FANOUT = 200  # a job with more candidates than this says nothing about the origin
+EPS = 1e-9  # a released value sits strictly inside its bin; this absorbs rounding
+
+# What `sacct -a` shows of every job submitted in [$from, $to), as of $seen; the GPU model of
+# each job's first node is what `sinfo` says of it.
+PUBLIC_SQL = """
+SELECT j.job_id AS pub, j."user", j.account, j.partition, j.num_nodes, j.gpus_per_node,
+       j.num_gpus, j.nodes, m.gpu_model,
+       epoch(j.submit_time) AS submit,
+       CASE WHEN j.start_time < $seen THEN epoch(j.start_time) END AS start,
+       CASE WHEN j.end_time <= $seen THEN epoch(j.end_time) END AS "end"
+FROM jobs j
+LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY ALL) m
+       ON m.cluster = j.cluster AND m.node = j.nodes[1]
+WHERE j.submit_time >= $from AND j.submit_time < $to
+"""
+
+
+@dataclass(frozen=True)
+class Attack:
+    """What the attacker concluded: a claimed owner (or None) per released job, in row order."""
+
+    claims: list[str | None]
+    origin: float  # the estimated time origin, Unix seconds
+    reversed: dict[str, int]  # pseudonymous values reversed, per kind
+
+
+@dataclass(frozen=True)
+class Linkage:
+    """How well the attack did against one release, scored with the steward's truth."""
+
+    scenario: str
+    jobs: int
+    left_out: int
+    users: int
+    users_linked: int
+    jobs_linked: int
+    wrong_claims: int
+
+    @property
+    def users_pct(self) -> float:
+        return 100 * self.users_linked / self.users if self.users else 0.0
+
+    @property
+    def jobs_pct(self) -> float:
+        return 100 * self.jobs_linked / self.jobs if self.jobs else 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"users_pct": self.users_pct, "jobs_pct": self.jobs_pct}
+
+
+def public_view(
+    warehouse: Warehouse, since: datetime, until: datetime, margin_s: int = MAX_SHIFT_S
+) -> pa.Table:
+    """The attacker's view: every job submitted within `margin_s` of the window, as at `until`."""
+    margin = timedelta(seconds=margin_s + 86_400)
+    params = {"from": since - margin, "to": until + margin, "seen": until}
+    return warehouse.connect().sql(PUBLIC_SQL, params=params).to_arrow_table()
+
+
+def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
+    """Name the owners of a release's jobs from the public view (see the module docstring)."""
+    policy = package.get("anonymization") or {}
+    res = float(policy.get("time_resolution_s", 0))
+    ratio = float(policy.get("duration_ratio", 1.0))
+    con = sql.connect()
+    con.register("rel_in", conform(JOBS, release))
+    con.register("pub_in", public)
+    con.execute(_released_sql(res, ratio))
+    con.execute(_public_sql(ratio))
+    if policy.get("time_origin", "release_start") == "release_start":
+        origin = datetime.fromisoformat(package["release_start"]).timestamp()
+    else:
+        origin = _estimate_origin(con, res)
+    con.execute(
+        f"CREATE TABLE pub AS SELECT *, {_bin('submit - $origin', res)} AS sbin FROM pub_durations",
+        {"origin": origin},
+    )
+    con.execute(CANDIDATES_SQL)
+    reversed_values = {
+        "partition": _reverse(con, "partition", "partition", "(SELECT partition FROM pub)"),
+        "group": _reverse(con, '"group"', "account", "(SELECT account FROM pub)"),
+        "node": _reverse_nodes(con),
+    }
+    return Attack(_claims(con), origin, reversed_values)
+
+
+def _bin(x: str, res: float) -> str:
+    return f"floor(({x}) / {res} + {EPS})" if res > 0 else f"round({x})"
+
+
+def _duration_bin(x: str, ratio: float, released: bool) -> str:
+    """The bucket of a duration: released values sit inside theirs (hence EPS); public ones
+    are binned exactly as the export bins true durations."""
+    if ratio <= 1:
+        return f"round({x})"
+    eps = f" + {EPS}" if released else ""
+    return f"CASE WHEN {x} >= 1 THEN floor(ln({x}) / ln({ratio}){eps}) ELSE round({x}) END"
+
+
+def _released_sql(res: float, ratio: float) -> str:
+    return f"""
+CREATE TABLE rel AS
+SELECT row_number() OVER () - 1 AS i, coalesce("user", 'row' || i) AS pseudonym, "group",
+       partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s,
+       nullif(dependencies, '{{}}') AS fingerprint,
+       {_bin("submit_s", res)} AS sbin,
+       CASE WHEN NOT censored THEN {_duration_bin("run_s", ratio, True)} END AS rbin,
+       {_duration_bin("queue_s", ratio, True)} AS qbin
+FROM rel_in
+"""
+
+
+def _public_sql(ratio: float) -> str:
+    """The public jobs with their duration buckets (which a time shift does not change)."""
+    return f"""
+CREATE TABLE pub_durations AS
+SELECT *, {_duration_bin('"end" - start', ratio, False)} AS rbin,
+       {_duration_bin("start - submit", ratio, False)} AS qbin
+FROM pub_in
+"""
+
+
+SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
+    AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
+    AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
+    AND r.rbin IS NOT DISTINCT FROM p.rbin AND r.qbin IS NOT DISTINCT FROM p.qbin"""
+
+# Public jobs a released job can be: same bins and size, same model unless generalised, same
+# partition where the release shows a real name.
+CANDIDATES_SQL = f"""
+CREATE TABLE cand AS
+SELECT r.i, p.pub, p."user", p.account, p.partition, p.nodes
+FROM rel r JOIN pub p ON r.sbin = p.sbin AND {SAME_SIZE}
+    AND (r.gpu_model IS NULL OR r.gpu_model = '{OTHER}' OR r.gpu_model = p.gpu_model)
+    AND (r.partition IS NULL OR r.partition NOT IN (SELECT partition FROM pub)
+         OR r.partition = p.partition)
+"""
+
+
+def _estimate_origin(con: duckdb.DuckDBPyConnection, res: float) -> float:
+    """The origin most (released, public) pairs of equal size and durations allow."""
+    width = max(res, 1.0)
+    pairs = con.execute(
+        f"""
+        WITH sample AS (
+            SELECT * FROM rel WHERE rbin IS NOT NULL ORDER BY hash(i) LIMIT {OFFSET_JOBS}
+        ),
+        pairs AS (
+            SELECT r.i, p.submit - r.sbin * {width} AS hi, count(*) OVER (PARTITION BY r.i) AS n
+            FROM sample r JOIN pub_durations p ON {SAME_SIZE}
+        )
+        SELECT hi FROM pairs WHERE n <= {OFFSET_FANOUT}
+        """
+    ).fetchnumpy()["hi"]
+    if len(pairs) == 0:
+        return 0.0
+    # A pair allows origins in (hi - width, hi] (exact times: a second around hi).
+    his = np.asarray(pairs, dtype=float) + (0.5 if res <= 0 else 0.0)
+    events = np.concatenate([his - width, his])
+    step = np.concatenate([np.ones(len(his)), -np.ones(len(his))])
+    order = np.lexsort((-step, events))  # at equal times, an interval opens before one closes
+    coverage = np.cumsum(step[order])
+    best = int(np.argmax(coverage))
+    start, end = events[order][best], events[order][min(best + 1, len(events) - 1)]
+    return float((start + end) / 2)
+
+
+def _reverse(con: duckdb.DuckDBPyConnection, released: str, public: str, known: str) -> int:
+    """Reverse the pseudonymous values of one released column by votes of its jobs'
+    candidates, and drop candidates that contradict them. Returns how many were reversed."""
+    mapping = con.execute(
+        f"""
+        WITH w AS (
+            SELECT r.{released} AS v, c.{public} AS real, 1.0 / count(*) OVER (PARTITION BY c.i) AS w
+            FROM cand c JOIN rel r USING (i)
+            WHERE r.{released} IS NOT NULL AND r.{released} NOT IN {known}
+        ),
+        votes AS (SELECT v, real, sum(w) AS votes FROM w GROUP BY ALL),
+        ranked AS (
+            SELECT v, real, votes,
+                   row_number() OVER (PARTITION BY v ORDER BY votes DESC, real) AS rank,
+                   lead(votes) OVER (PARTITION BY v ORDER BY votes DESC, real) AS second
+            FROM votes
+        )
+        SELECT v, real FROM ranked
+        WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) AND votes >= 2
+        """
+    ).fetchall()
+    if mapping:
+        _register_mapping(con, dict(mapping))
+        _keep_consistent(
+            con,
+            f"""SELECT c.* FROM cand c JOIN rel r USING (i)
+                LEFT JOIN mapping m ON m.v = r.{released}
+                WHERE m.real IS NULL OR m.real = c.{public}""",
+        )
+        con.unregister("mapping")
+    return len(mapping)
+
+
+def _reverse_nodes(con: duckdb.DuckDBPyConnection) -> int:
+    """Node aliases: the name-order hypothesis (the k-th alias is the k-th node name of the
+    window) against a vote per alias and list position; the one that explains more jobs."""
+    aliases = [
+        a
+        for (a,) in con.execute("SELECT DISTINCT unnest(nodes) AS a FROM rel ORDER BY a").fetchall()
+    ]
+    if not aliases:
+        return 0
+    names = [
+        n
+        for (n,) in con.execute(
+            "SELECT DISTINCT unnest(nodes) AS n FROM pub WHERE sbin BETWEEN "
+            "(SELECT min(sbin) FROM rel) AND (SELECT max(sbin) FROM rel) ORDER BY n"
+        ).fetchall()
+    ]
+    votes = con.execute(
+        """
+        WITH pairs AS (
+            SELECT unnest(r.nodes) AS a, unnest(c.nodes) AS n,
+                   1.0 / count(*) OVER (PARTITION BY c.i) AS w
+            FROM cand c JOIN rel r USING (i) WHERE len(r.nodes) = len(c.nodes)
+        ),
+        v AS (SELECT a, n, sum(w) AS votes FROM pairs GROUP BY ALL),
+        ranked AS (
+            SELECT a, n, votes, row_number() OVER (PARTITION BY a ORDER BY votes DESC, n) AS rank,
+                   lead(votes) OVER (PARTITION BY a ORDER BY votes DESC, n) AS second
+            FROM v
+        )
+        SELECT a, n FROM ranked WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) AND votes >= 2
+        """
+    ).fetchall()
+    hypotheses = [dict(votes)]
+    if len(names) == len(aliases):
+        hypotheses.append(dict(zip(aliases, names, strict=True)))
+    best, explained = {}, -1
+    for mapping in hypotheses:
+        if not mapping:
+            continue
+        count = _explained(con, mapping)
+        if count > explained:
+            best, explained = mapping, count
+    if best:
+        _register_mapping(con, best)
+        _keep_consistent(con, NODE_CONSISTENT_SQL)
+        con.unregister("mapping")
+    return len(best)
+
+
+# Candidates whose node list agrees with the released one wherever an alias is reversed.
+NODE_CONSISTENT_SQL = """
+SELECT c.* FROM cand c JOIN rel r USING (i), (SELECT map(list(v), list(real)) AS m FROM mapping)
+WHERE len(r.nodes) = len(c.nodes)
+  AND list_transform(range(1, len(r.nodes) + 1),
+                     lambda k: coalesce(map_extract(m, r.nodes[k])[1], c.nodes[k])) = c.nodes
+"""
+
+
+def _register_mapping(con: duckdb.DuckDBPyConnection, mapping: dict) -> None:
+    con.register("mapping", pa.table({"v": list(mapping), "real": list(mapping.values())}))
+
+
+def _explained(con: duckdb.DuckDBPyConnection, mapping: dict) -> int:
+    """Released jobs with at least one candidate consistent with a node mapping."""
+    _register_mapping(con, mapping)
+    ((count,),) = con.execute(f"SELECT count(DISTINCT i) FROM ({NODE_CONSISTENT_SQL})").fetchall()
+    con.unregister("mapping")
+    return count
+
+
+def _keep_consistent(con: duckdb.DuckDBPyConnection, consistent: str) -> None:
+    """Keep the candidates `consistent` selects; a job none of whose candidates are kept keeps
+    them all (the reversal may be wrong for it)."""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TABLE cand AS
+        WITH ok AS ({consistent})
+        SELECT * FROM ok
+        UNION ALL
+        SELECT * FROM cand WHERE i NOT IN (SELECT i FROM ok)
+        """
+    )
+
+
+# Per voting unit (a pseudonym; or released jobs declaring the same dependencies), each user's
+# posterior; the best per unit with its posterior.
+CLAIMS_SQL = f"""
+WITH share AS (
+    SELECT i, "user", count(*) / sum(count(*)) OVER (PARTITION BY i) AS share
+    FROM cand GROUP BY i, "user"
+),
+units AS (
+    SELECT i, 1 AS strength, 'p:' || pseudonym AS unit FROM rel
+    UNION ALL
+    SELECT i, 2, 'f:' || fingerprint FROM rel WHERE fingerprint IS NOT NULL
+),
+informed AS (
+    SELECT unit, count(*) AS n FROM units WHERE i IN (SELECT i FROM share) GROUP BY unit
+),
+score AS (
+    SELECT u.unit, s."user",
+           sum(ln(s.share + {MISS})) + (any_value(f.n) - count(*)) * ln({MISS}) AS s
+    FROM units u JOIN share s USING (i) JOIN informed f USING (unit)
+    GROUP BY u.unit, s."user"
+),
+relative AS (SELECT unit, "user", exp(s - max(s) OVER (PARTITION BY unit)) AS e FROM score),
+posterior AS (SELECT unit, "user", e / sum(e) OVER (PARTITION BY unit) AS p FROM relative),
+best AS (
+    SELECT unit, arg_max("user", p) AS "user", max(p) AS p FROM posterior GROUP BY unit
+)
+-- a pseudonym says "same person"; a shared software stack only hints it: the pseudonym first
+SELECT u.i, arg_min(b."user", u.strength) AS "user"
+FROM units u JOIN best b USING (unit)
+WHERE b.p > {CLAIM_POSTERIOR}
+GROUP BY u.i
+"""
+
+
+def _claims(con: duckdb.DuckDBPyConnection) -> list[str | None]:
+    ((rows,),) = con.execute("SELECT count(*) FROM rel").fetchall()
+    claims: list[str | None] = [None] * rows
+    for i, user in con.execute(CLAIMS_SQL).fetchall():
+        claims[i] = user
+    return claims
+
+
+def evaluate(
+    warehouse: Warehouse | str | Path,
+    since: datetime,
+    until: datetime,
+    settings: TraceSettings,
+    key: bytes,
+    scenario: str = "as configured",
+    public: pa.Table | None = None,
+) -> Linkage:
+    """Build the release `settings` give, attack it with the public view, score the claims."""
+    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+    since, until = since.astimezone(UTC), until.astimezone(UTC)
+    release = build_release(wh, since, until, key, settings)
+    package = {
+        "release_start": release.info.release_start.isoformat(),
+        "anonymization": release.info.policy,
+    }
+    view = public if public is not None else public_view(wh, since, until)
+    result = attack(release.jobs, package, view)
+    truth = _owners(view, key, release.jobs["job_id"])
+    claims = pa.array(result.claims, pa.string())
+    right = pc.fill_null(pc.equal(claims, truth), False)
+    wrong = pc.and_(pc.is_valid(claims), pc.invert(right))
+    return Linkage(
+        scenario=scenario,
+        jobs=release.jobs.num_rows,
+        left_out=release.suppressed_jobs,
+        users=len(pc.unique(truth)),
+        users_linked=len(pc.unique(pc.filter(truth, right))),
+        jobs_linked=pc.sum(right).as_py() or 0,
+        wrong_claims=pc.sum(wrong).as_py() or 0,
+    )
+
+
+def _owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.Array:
+    """The real owner of each released job, found through the job-id pseudonym (steward only)."""
+    ids = pseudonymize(public["pub"], key, "j", distinct=True)
+    index = pc.index_in(released_ids, ids)
+    return pc.take(public["user"], index)
+
+
+def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
+    """The configured policy, then each protection relaxed on its own, then none at all."""
+    replace = dataclasses.replace
+    relaxed = [
+        ("as configured", settings),
+        ("exact times", replace(settings, time_resolution_s=0, duration_ratio=1.0)),
+        ("times from --since", replace(settings, time_shift=False)),
+        ("random node aliases", replace(settings, node_aliases="random")),
+        ("node aliases in name order", replace(settings, node_aliases="name_order")),
+        ("raw partition names", replace(settings, partitions=(ANY,))),
+        ("any package name", replace(settings, packages=(ANY,))),
+        ("one pseudonym per group", replace(settings, linkage="group")),
+        ("one pseudonym per user", replace(settings, linkage="user")),
+        ("k over the shape only", replace(settings, quasi_identifiers=("shape",))),
+        ("no protection (sing 1.0)", TraceSettings.precise(k=settings.k)),
+    ]
+    seen, out = [], []
+    for name, option in relaxed:
+        if option not in seen:
+            seen.append(option)
+            out.append((name, option))
+    return out
