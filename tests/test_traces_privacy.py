@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from tests.shared_data import PHILLY, SHARED_TRACES
+from traces.export import build_release
 from traces.linkage import evaluate, public_view
 from traces.settings import TraceSettings
 from warehouse.store import Warehouse
@@ -124,3 +126,107 @@ def campus(tmp_path_factory) -> tuple[Warehouse, pa.Table]:
 def linkage(campus, settings: TraceSettings):
     wh, public = campus
     return evaluate(wh, SINCE, UNTIL, settings, KEY, public=public)
+
+
+def test_default_release_stays_below_the_documented_bound(campus):
+    """The default policy against the full `sacct -a` view. Where the attacker aligns the time
+    bins exactly (times from --since) the k rule names nobody; with the secret shift their
+    alignment is off and a few guesses land, fewer than their wrong guesses (the bound in
+    docs/trace-format.md: at most 10 % of users, and most claims wrong)."""
+    result = linkage(campus, TraceSettings())
+    assert result.jobs >= 1000  # over a quarter of the week's 3,871 jobs is released
+    assert result.users_pct <= 10 and result.wrong_claims > result.jobs_linked
+    aligned = linkage(campus, TraceSettings(time_shift=False))
+    assert (aligned.users_linked, aligned.jobs_linked) == (0, 0)
+
+
+def test_attack_links_almost_everyone_without_protection(campus):
+    """sing 1.0's release (exact times from --since, one pseudonym per user): the attack names
+    nearly every user, so the zero above is the policy's doing, not a blind attack."""
+    result = linkage(campus, TraceSettings.precise())
+    assert result.users >= 100
+    assert result.users_pct >= 80 and result.jobs_pct >= 80
+    assert result.wrong_claims < result.jobs_linked / 4
+
+
+def test_exact_times_let_the_attack_name_users(campus):
+    """time_resolution_s = 0 and duration_ratio = 1 (still shifted, one pseudonym per job):
+    the shift is found from run times alone, and single jobs are named."""
+    exact = TraceSettings(time_resolution_s=0, duration_ratio=1.0, quasi_identifiers=("shape",))
+    assert linkage(campus, exact).jobs_linked > 0
+
+
+def test_absolute_times_are_published_only_when_asked(campus):
+    wh, _ = campus
+    shifted = build_release(wh, SINCE, UNTIL, KEY, TraceSettings())
+    assert shifted.info.release_start.year == 1970 and shifted.info.release_end is None
+    assert shifted.info.policy["time_origin"] == "secret"
+    submit = shifted.jobs["submit_s"].to_pylist()
+    assert min(submit) > 0  # counted from a secret origin up to a week before --since
+    plain = build_release(wh, SINCE, UNTIL, KEY, TraceSettings(time_shift=False))
+    assert plain.info.release_start == SINCE and plain.info.policy["time_origin"] == "release_start"
+
+
+def test_node_aliases(campus):
+    """per_job: n1, n2, ... inside each job; random: one alias per node, not in name order;
+    name_order: the k-th name gets the k-th alias (reversible from `sinfo`)."""
+    wh, _ = campus
+    precise = TraceSettings.precise
+
+    def nodes(aliases: str) -> list[list[str]]:
+        release = build_release(wh, SINCE, UNTIL, KEY, precise(node_aliases=aliases))
+        return release.jobs["nodes"].to_pylist()
+
+    per_job, random, ordered = nodes("per_job"), nodes("random"), nodes("name_order")
+    assert all(job == [f"n{i + 1}" for i in range(len(job))] for job in per_job)
+    real = sorted({n for n in public_nodes(wh)})
+    first = [job[0] for job in ordered]
+    assert sorted(set(first)) == sorted({a for job in ordered for a in job if a in first})
+    assert random != ordered and len({a for j in random for a in j}) == len(
+        {a for j in ordered for a in j}
+    )
+    assert len(real) >= len({a for j in ordered for a in j})
+
+
+def public_nodes(wh: Warehouse) -> list[str]:
+    return [
+        n for (n,) in wh.connect().execute("SELECT DISTINCT unnest(nodes) FROM jobs").fetchall()
+    ]
+
+
+def test_partition_names_ship_only_from_the_allow_list(campus):
+    wh, _ = campus
+    allowed = "vc-6214e9"
+    settings = TraceSettings(drop=(), partitions=(allowed,), quasi_identifiers=("shape",))
+    parts = set(build_release(wh, SINCE, UNTIL, KEY, settings).jobs["partition"].to_pylist())
+    assert allowed in parts
+    assert all(p == allowed or p.startswith("p_") for p in parts)
+
+
+def test_private_package_names_never_pass_by_default(campus):
+    wh, _ = campus
+    settings = TraceSettings(drop=(), quasi_identifiers=("shape",))
+    deps = build_release(wh, SINCE, UNTIL, KEY, settings).jobs["dependencies"].to_pylist()
+    assert deps and not any("-tools" in d for d in deps if d)
+    anything = replace(settings, packages=("*",))
+    deps = build_release(wh, SINCE, UNTIL, KEY, anything).jobs["dependencies"].to_pylist()
+    assert any("-tools" in d for d in deps if d)
+
+
+def test_software_stacks_pool_jobs_like_a_pseudonym(campus):
+    """Shipping dependencies without the k rule over them: jobs that declare the same
+    (private) stack are voted on together, and their owners are named."""
+    shown = TraceSettings(drop=(), packages=("*",), quasi_identifiers=("shape", "submit", "run"))
+    assert linkage(campus, shown).users_linked > 0
+
+
+def test_one_pseudonym_per_user_links_a_users_jobs(campus):
+    """linkage = user with the shape-only k rule: the intersection of a user's jobs names them."""
+    linked = TraceSettings(linkage="user", quasi_identifiers=("shape",))
+    assert linkage(campus, linked).users_pct >= 50
+
+
+def test_k_over_every_quasi_identifier_beats_k_over_the_shape(campus):
+    shape_only = linkage(campus, TraceSettings(time_shift=False, quasi_identifiers=("shape",)))
+    assert shape_only.users_linked > 0  # the default, with sing 1.0's k rule: people named
+    assert linkage(campus, TraceSettings(time_shift=False)).users_linked == 0

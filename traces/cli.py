@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from sing.config import Config
 from sing.errors import UserError
-from traces import aggregates
+from traces import aggregates, linkage
 from traces.export import export_trace
 from traces.importers import FORMATS, import_trace
 from traces.read import read_package, read_table
@@ -29,6 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--key-file", help="secret HMAC key (hex), created if missing")
     p.add_argument("--timeseries", action="store_true", help="add per-minute job_timeseries")
     p.set_defaults(func=_export)
+
+    p = sub.add_parser(
+        "attack", help="try to re-identify users in the release each policy would give"
+    )
+    p.add_argument("--since", required=True, type=_time, help="window start (UTC), e.g. 2025-01-01")
+    p.add_argument("--until", required=True, type=_time, help="window end (UTC, exclusive)")
+    p.add_argument("--only-configured", action="store_true", help="attack the [trace] policy only")
+    p.add_argument("--json", action="store_true", help="one JSON object per policy")
+    p.set_defaults(func=_attack)
 
     p = sub.add_parser("import", help="import a public trace into the open format")
     p.add_argument("--format", required=True, choices=FORMATS)
@@ -82,6 +91,40 @@ def _export(args: argparse.Namespace, config: Config) -> int:
         f"wrote {result.path}: {result.jobs} jobs, {result.aggregates['gpu_hours']:.1f} GPU-hours; "
         f"{result.suppressed_jobs} jobs left out by the k={settings.k} policy"
     )
+    return 0
+
+
+def _attack(args: argparse.Namespace, config: Config) -> int:
+    """Each policy's release, built in memory with a fresh key and attacked with what
+    `sacct -a` shows; nothing is written."""
+    settings = config.section("trace", TraceSettings)
+    warehouse = config.warehouse_dir(args.warehouse)
+    if not warehouse.is_dir():
+        raise UserError(f"{warehouse}: no warehouse there (set --warehouse or [site] warehouse)")
+    wh = Warehouse(warehouse)
+    public = linkage.public_view(wh, args.since, args.until)
+    chosen = (
+        linkage.scenarios(settings)[:1] if args.only_configured else linkage.scenarios(settings)
+    )
+    key = load_key(None)
+    results = [
+        linkage.evaluate(wh, args.since, args.until, option, key, name, public)
+        for name, option in chosen
+    ]
+    if args.json:
+        for result in results:
+            print(json.dumps(result.as_dict()))
+        return 0
+    print(
+        f"{'policy':<28} {'jobs':>8} {'left out':>9} {'users':>6} "
+        f"{'users linked':>13} {'jobs linked':>12} {'wrong claims':>13}"
+    )
+    for r in results:
+        print(
+            f"{r.scenario:<28} {r.jobs:>8,} {r.left_out:>9,} {r.users:>6,} "
+            f"{r.users_linked:>5,} ({r.users_pct:4.1f} %) "
+            f"{r.jobs_linked:>4,} ({r.jobs_pct:4.1f} %) {r.wrong_claims:>13,}"
+        )
     return 0
 
 

@@ -306,7 +306,8 @@ def build_release(
         raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     con = wh.connect()
-    origin = since - timedelta(seconds=_secret_shift(key) if settings.time_shift else 0)
+    shift = _secret_shift(key, settings.time_resolution_s) if settings.time_shift else 0
+    origin = since - timedelta(seconds=shift)
     params = {
         "since": since,
         "until": until,
@@ -401,9 +402,11 @@ def _secret(key: bytes, purpose: str) -> bytes:
     return hmac.new(key, f"release-{purpose}".encode(), hashlib.sha256).digest()
 
 
-def _secret_shift(key: bytes) -> int:
-    """Seconds between the secret time origin and --since: uniform in [0, a week)."""
-    return int.from_bytes(_secret(key, "shift")[:8]) % MAX_SHIFT_S
+def _secret_shift(key: bytes, resolution_s: int) -> int:
+    """Seconds between the secret time origin and --since: under a week, and a whole number of
+    time bins, so that the bins the k rule counted are the bins a reader sees."""
+    steps = MAX_SHIFT_S // resolution_s if resolution_s > 0 else MAX_SHIFT_S
+    return int.from_bytes(_secret(key, "shift")[:8]) % steps * max(resolution_s, 1)
 
 
 def _quasi_identifiers(settings: TraceSettings) -> tuple[str, ...]:

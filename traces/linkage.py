@@ -172,7 +172,8 @@ FROM pub_in
 SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
     AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
     AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
-    AND r.rbin IS NOT DISTINCT FROM p.rbin AND r.qbin IS NOT DISTINCT FROM p.qbin"""
+    AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)"""
+# (a time the release does not show, dropped or cut by the window, matches any)
 
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
 # partition where the release shows a real name.
@@ -220,7 +221,8 @@ def _reverse(con: duckdb.DuckDBPyConnection, released: str, public: str, known: 
     mapping = con.execute(
         f"""
         WITH w AS (
-            SELECT r.{released} AS v, c.{public} AS real, 1.0 / count(*) OVER (PARTITION BY c.i) AS w
+            SELECT r.{released} AS v, c.{public} AS real,
+                   1.0 / count(*) OVER (PARTITION BY c.i) AS w
             FROM cand c JOIN rel r USING (i)
             WHERE r.{released} IS NOT NULL AND r.{released} NOT IN {known}
         ),
