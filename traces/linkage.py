@@ -48,6 +48,7 @@ MISS = 0.01  # a user's share floor in a job that does not list them (a stray mi
 OFFSET_JOBS = 2000  # released jobs that vote on the time origin
 OFFSET_FANOUT = 200  # a job with more candidates than this says nothing about the origin
 EPS = 1e-9  # a released value sits strictly inside its bin; this absorbs rounding
+REFINE_STEPS = 48  # origins tried per time bin where the pairs leave it open
 
 # What `sacct -a` shows of every job submitted in [$from, $to), as of $seen; the GPU model of
 # each job's first node is what `sinfo` says of it.
@@ -212,7 +213,35 @@ def _estimate_origin(con: duckdb.DuckDBPyConnection, res: float) -> float:
     coverage = np.cumsum(step[order])
     best = int(np.argmax(coverage))
     start, end = events[order][best], events[order][min(best + 1, len(events) - 1)]
-    return float((start + end) / 2)
+    middle = float((start + end) / 2)
+    if res <= 0:
+        return middle
+    # Pairs of look-alike jobs blur the answer within a bin or so; the right origin also bins
+    # the public jobs into the cells the release has (a released group counts as its bin).
+    grid = np.arange(middle - res, middle + res, res / REFINE_STEPS)
+    return float(max(grid, key=lambda origin: _whole_cells(con, res, float(origin))))
+
+
+def _whole_cells(con: duckdb.DuckDBPyConnection, res: float, origin: float) -> int:
+    """Released jobs in groups (submit bin, run bin, size) exactly as large as the public group
+    that `origin` bins alike: a k rule releases or leaves out whole cells."""
+    ((count,),) = con.execute(
+        f"""
+        WITH r AS (
+            SELECT sbin, rbin, num_nodes, gpus_per_node, num_gpus, count(*) AS n
+            FROM rel WHERE rbin IS NOT NULL GROUP BY ALL
+        ),
+        p AS (
+            SELECT {_bin("submit - $origin", res)} AS sbin, rbin, num_nodes, gpus_per_node,
+                   num_gpus, count(*) AS n
+            FROM pub_durations WHERE rbin IS NOT NULL GROUP BY ALL
+        )
+        SELECT coalesce(sum(r.n), 0) FROM r JOIN p USING (sbin, rbin, num_nodes, gpus_per_node, num_gpus)
+        WHERE r.n = p.n
+        """,
+        {"origin": origin},
+    ).fetchall()
+    return int(count)
 
 
 def _reverse(con: duckdb.DuckDBPyConnection, released: str, public: str, known: str) -> int:
