@@ -236,7 +236,8 @@ def _whole_cells(con: duckdb.DuckDBPyConnection, res: float, origin: float) -> i
                    num_gpus, count(*) AS n
             FROM pub_durations WHERE rbin IS NOT NULL GROUP BY ALL
         )
-        SELECT coalesce(sum(r.n), 0) FROM r JOIN p USING (sbin, rbin, num_nodes, gpus_per_node, num_gpus)
+        SELECT coalesce(sum(r.n), 0)
+        FROM r JOIN p USING (sbin, rbin, num_nodes, gpus_per_node, num_gpus)
         WHERE r.n = p.n
         """,
         {"origin": origin},
