@@ -5,7 +5,8 @@ This list is the single source of truth: the Parquet schemas, the CSV encoding, 
 cannot drift between the writer and its description.
 
 Times are seconds since the release's declared start (`release_start` in datapackage.json, UTC),
-never wall-clock times: a release shifts every time to its own origin.
+never wall-clock times: a release shifts every time to its own origin. An export whose origin is
+secret (the default) declares 1970-01-01, as PAI does, and says so in its "anonymization" block.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 FORMAT_NAME = "sing-trace"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: datapackage.json "anonymization"; a secret time origin
 
 STATES = (
     "completed",
@@ -99,8 +100,18 @@ JOBS = Resource(
     "One row per job submitted in the release window.",
     (
         Field("job_id", S, None, "Pseudonymous job id (keyed HMAC, or the source's own id).", True),
-        Field("user", S, None, "Pseudonymous user id (keyed HMAC-SHA256 of the account name)."),
-        Field("group", S, None, "Pseudonymous group (lab/account); 'other' = merged small groups."),
+        Field(
+            "user",
+            S,
+            None,
+            "Pseudonymous user id (keyed HMAC-SHA256); one per job unless the release links users.",
+        ),
+        Field(
+            "group",
+            S,
+            None,
+            "Pseudonymous group (lab/account), one per job unless linked; 'other' = small groups.",
+        ),
         Field("submit_s", F, "s", "Submit time, seconds since release_start.", True),
         Field("start_s", F, "s", "Start time, seconds since release_start; empty if never run."),
         Field("end_s", F, "s", "End time, seconds since release_start; the window end if cut."),
@@ -125,7 +136,12 @@ JOBS = Resource(
             'Declared software (JSON object package -> version, e.g. {"torch": "2.3"}).',
             json_object=True,
         ),
-        Field("nodes", pa.list_(S), None, "Renamed nodes the job ran on (n001, n002, ...)."),
+        Field(
+            "nodes",
+            pa.list_(S),
+            None,
+            "Renamed nodes the job ran on: n1, n2, ... per job, or one alias per node (n001, ...).",
+        ),
         Field("gpu_util_mean", F, "ratio", "Mean GPU utilisation over all samples of held GPUs."),
         Field("gpu_util_p50", F, "ratio", "Median over held GPUs of each GPU's mean utilisation."),
         Field("gpu_util_max", F, "ratio", "Highest utilisation sample of any held GPU."),

@@ -76,7 +76,10 @@ class Attack:
 
 @dataclass(frozen=True)
 class Linkage:
-    """How well the attack did against one release, scored with the steward's truth."""
+    """How well the attack did against one release, scored with the steward's truth, and what
+    the policy cost: jobs left out, and how far the released run and queue times are from the
+    window's true ones (Kolmogorov-Smirnov distance, 0 = same distribution, 1 = disjoint;
+    None where the release does not show them)."""
 
     scenario: str
     jobs: int
@@ -85,6 +88,8 @@ class Linkage:
     users_linked: int
     jobs_linked: int
     wrong_claims: int
+    run_ks: float | None
+    queue_ks: float | None
 
     @property
     def users_pct(self) -> float:
@@ -436,7 +441,42 @@ def evaluate(
         users_linked=len(pc.unique(pc.filter(truth, right))),
         jobs_linked=pc.sum(right).as_py() or 0,
         wrong_claims=pc.sum(wrong).as_py() or 0,
+        run_ks=_ks(
+            release.jobs, "run_s", view, pc.subtract(view["end"], view["start"]), since, until
+        ),
+        queue_ks=_ks(
+            release.jobs, "queue_s", view, pc.subtract(view["start"], view["submit"]), since, until
+        ),
     )
+
+
+def _ks(
+    released: pa.Table,
+    column: str,
+    public: pa.Table,
+    truth: pa.ChunkedArray,
+    since: datetime,
+    until: datetime,
+) -> float | None:
+    """Kolmogorov-Smirnov distance between the released values of `column` and the true ones
+    of the window's jobs that finished (censored jobs left out on both sides)."""
+    if column not in released.column_names:
+        return None
+    shown = pc.filter(released[column], pc.invert(released["censored"])).drop_null()
+    window = pc.and_(
+        pc.greater_equal(public["submit"], since.timestamp()),
+        pc.less(public["submit"], until.timestamp()),
+    )
+    true = pc.filter(truth, window).drop_null()
+    if len(shown) == 0 or len(true) == 0:
+        return None
+    a = np.sort(shown.to_numpy())
+    b = np.sort(true.to_numpy())
+    points = np.concatenate([a, b])
+    gap = np.searchsorted(a, points, side="right") / len(a) - np.searchsorted(
+        b, points, side="right"
+    ) / len(b)
+    return float(np.abs(gap).max())
 
 
 def _owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.Array:
@@ -449,14 +489,21 @@ def _owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.A
 def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
     """The configured policy, then each protection relaxed on its own, then none at all."""
     replace = dataclasses.replace
+
+    def shown(*fields: str, **changes) -> TraceSettings:
+        return replace(settings, drop=tuple(d for d in settings.drop if d not in fields), **changes)
+
     relaxed = [
         ("as configured", settings),
         ("exact times", replace(settings, time_resolution_s=0, duration_ratio=1.0)),
         ("times from --since", replace(settings, time_shift=False)),
         ("random node aliases", replace(settings, node_aliases="random")),
         ("node aliases in name order", replace(settings, node_aliases="name_order")),
-        ("raw partition names", replace(settings, partitions=(ANY,))),
-        ("any package name", replace(settings, packages=(ANY,))),
+        ("start, end, queue shown", shown("start_s", "end_s", "queue_s")),
+        ("partition shown", shown("partition")),
+        ("partition shown, raw names", shown("partition", partitions=(ANY,))),
+        ("dependencies shown", shown("dependencies")),
+        ("dependencies, any package", shown("dependencies", packages=(ANY,))),
         ("one pseudonym per group", replace(settings, linkage="group")),
         ("one pseudonym per user", replace(settings, linkage="user")),
         ("k over the shape only", replace(settings, quasi_identifiers=("shape",))),
