@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sing.cli import main
 from tests.shared_data import PHILLY, SHARED_TRACES
 from traces.export import build_release
 from traces.linkage import evaluate, public_view
@@ -226,3 +227,19 @@ def test_k_over_every_quasi_identifier_beats_k_over_the_shape(campus):
     shape_only = linkage(campus, TraceSettings(quasi_identifiers=("shape",)))
     assert shape_only.users_linked > 0  # the default, with sing 1.0's k rule: people named
     assert linkage(campus, TraceSettings()).users_linked == 0
+
+
+def test_cli_attack_prints_the_configured_policy(campus, tmp_path, capsys):
+    wh, _ = campus
+    config = tmp_path / "sing.toml"
+    config.write_text('[trace]\nlinkage = "user"\nquasi_identifiers = ["shape"]\n')
+    args = ["--config", str(config), "--warehouse", str(wh.root), "trace", "attack"]
+    window = ["--since", "2017-11-01", "--until", "2017-11-08", "--only-configured"]
+    assert main([*args, *window, "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    result = json.loads(line)
+    assert result["scenario"] == "as configured" and result["users_linked"] > 0
+    assert main([*args, *window]) == 0
+    header, row, legend = capsys.readouterr().out.splitlines()
+    assert "users linked" in header and row.startswith("as configured")
+    assert f"{result['users_linked']:>5,} ({result['users_pct']:5.1f} %)" in row

@@ -116,16 +116,22 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
             print(json.dumps(result.as_dict()))
         return 0
     print(
-        f"{'policy':<28} {'jobs':>8} {'left out':>9} {'users':>6} "
-        f"{'users linked':>13} {'jobs linked':>12} {'wrong claims':>13}"
+        f"{'policy':<28} {'jobs':>7} {'left out':>8} {'users':>5} {'users linked':>14} "
+        f"{'jobs linked':>14} {'wrong':>6} {'run KS':>6} {'queue KS':>8}"
     )
     for r in results:
         print(
-            f"{r.scenario:<28} {r.jobs:>8,} {r.left_out:>9,} {r.users:>6,} "
-            f"{r.users_linked:>5,} ({r.users_pct:4.1f} %) "
-            f"{r.jobs_linked:>4,} ({r.jobs_pct:4.1f} %) {r.wrong_claims:>13,}"
+            f"{r.scenario:<28} {r.jobs:>7,} {r.left_out:>8,} {r.users:>5,} "
+            f"{r.users_linked:>5,} ({r.users_pct:5.1f} %) "
+            f"{r.jobs_linked:>5,} ({r.jobs_pct:5.1f} %) "
+            f"{r.wrong_claims:>6,} {_ratio(r.run_ks):>6} {_ratio(r.queue_ks):>8}"
         )
+    print("users/jobs linked: named correctly by the attack; wrong: jobs named wrongly; KS: 0-1")
     return 0
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _import(args: argparse.Namespace, config: Config) -> int:

@@ -48,7 +48,8 @@ MISS = 0.01  # a user's share floor in a job that does not list them (a stray mi
 OFFSET_JOBS = 2000  # released jobs that vote on the time origin
 OFFSET_FANOUT = 200  # a job with more candidates than this says nothing about the origin
 EPS = 1e-9  # a released value sits strictly inside its bin; this absorbs rounding
-REFINE_STEPS = 48  # origins tried per time bin where the pairs leave it open
+REFINE_STEPS = 48  # origins tried per time bin
+REFINE_BINS = 4  # bins either side of the pairs' answer that are tried
 
 # What `sacct -a` shows of every job submitted in [$from, $to), as of $seen; the GPU model of
 # each job's first node is what `sinfo` says of it.
@@ -122,6 +123,7 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     con.register("pub_in", public)
     con.execute(_released_sql(res, ratio))
     con.execute(_public_sql(ratio))
+    partitions = _reverse_partitions(con)
     if policy.get("time_origin", "release_start") == "release_start":
         origin = datetime.fromisoformat(package["release_start"]).timestamp()
     else:
@@ -132,7 +134,7 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     )
     con.execute(CANDIDATES_SQL)
     reversed_values = {
-        "partition": _reverse(con, "partition", "partition", "(SELECT partition FROM pub)"),
+        "partition": partitions,
         "group": _reverse(con, '"group"', "account", "(SELECT account FROM pub)"),
         "node": _reverse_nodes(con),
     }
@@ -169,7 +171,7 @@ def _public_sql(ratio: float) -> str:
     """The public jobs with their duration buckets (which a time shift does not change)."""
     return f"""
 CREATE TABLE pub_durations AS
-SELECT *, {_duration_bin('"end" - start', ratio, False)} AS rbin,
+SELECT *, partition AS real_partition, {_duration_bin('"end" - start', ratio, False)} AS rbin,
        {_duration_bin("start - submit", ratio, False)} AS qbin
 FROM pub_in
 """
@@ -182,14 +184,58 @@ SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
 # (a time the release does not show, dropped or cut by the window, matches any)
 
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
-# partition where the release shows a real name.
+# partition where the release shows its real name or it was reversed.
 CANDIDATES_SQL = f"""
 CREATE TABLE cand AS
 SELECT r.i, p.pub, p."user", p.account, p.partition, p.nodes
 FROM rel r JOIN pub p ON r.sbin = p.sbin AND {SAME_SIZE}
     AND (r.gpu_model IS NULL OR r.gpu_model = '{OTHER}' OR r.gpu_model = p.gpu_model)
-    AND (r.partition IS NULL OR r.partition NOT IN (SELECT partition FROM pub)
-         OR r.partition = p.partition)
+    AND (r.real_partition IS NULL OR r.real_partition = p.partition)
+"""
+
+
+def _reverse_partitions(con: duckdb.DuckDBPyConnection) -> int:
+    """Each released job's real partition (`rel.real_partition`): its name where public, or
+    the pseudonym's reversal by votes of public jobs of the same size and durations, which a
+    time shift does not change. Returns how many pseudonyms were reversed."""
+    mapping = con.execute(
+        f"""
+        WITH pairs AS (
+            SELECT r.partition AS v, p.partition AS real,
+                   1.0 / count(*) OVER (PARTITION BY r.i) AS w,
+                   count(*) OVER (PARTITION BY r.i) AS n
+            FROM rel r JOIN pub_durations p ON {SAME_SIZE}
+            WHERE r.partition IS NOT NULL AND r.rbin IS NOT NULL
+              AND r.partition NOT IN (SELECT partition FROM pub_in WHERE partition IS NOT NULL)
+        ),
+        {BEST_VOTE_SQL.format(pairs="(SELECT * FROM pairs WHERE n <= " + str(OFFSET_FANOUT) + ")")}
+        """
+    ).fetchall()
+    _register_mapping(con, dict(mapping))
+    con.execute(
+        """
+        CREATE OR REPLACE TABLE rel AS
+        SELECT rel.*, CASE WHEN rel.partition IN (SELECT partition FROM pub_in) THEN rel.partition
+                           ELSE m.real END AS real_partition
+        FROM rel LEFT JOIN mapping m ON m.v = rel.partition
+        """
+    )
+    con.unregister("mapping")
+    return len(mapping)
+
+
+# Over `pairs` (v: a released value, real: a public one, w: the pair's weight), the real
+# value with the most votes for each released value, where it has twice the votes of the next
+# and at least two in all.
+BEST_VOTE_SQL = """
+votes AS (SELECT v, real, sum(w) AS votes FROM {pairs} GROUP BY ALL),
+ranked AS (
+    SELECT v, real, votes,
+           row_number() OVER (PARTITION BY v ORDER BY votes DESC, real) AS rank,
+           lead(votes) OVER (PARTITION BY v ORDER BY votes DESC, real) AS second
+    FROM votes
+)
+SELECT v, real FROM ranked WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) AND votes >= 2
 """
 
 
@@ -221,33 +267,39 @@ def _estimate_origin(con: duckdb.DuckDBPyConnection, res: float) -> float:
     middle = float((start + end) / 2)
     if res <= 0:
         return middle
-    # Pairs of look-alike jobs blur the answer within a bin or so; the right origin also bins
+    # Pairs of look-alike jobs blur the answer by a bin or more; the right origin also bins
     # the public jobs into the cells the release has (a released group counts as its bin).
-    grid = np.arange(middle - res, middle + res, res / REFINE_STEPS)
-    return float(max(grid, key=lambda origin: _whole_cells(con, res, float(origin))))
+    grid = np.arange(middle - REFINE_BINS * res, middle + REFINE_BINS * res, res / REFINE_STEPS)
+    return _most_whole_cells(con, res, grid)
 
 
-def _whole_cells(con: duckdb.DuckDBPyConnection, res: float, origin: float) -> int:
-    """Released jobs in groups (submit bin, run bin, size) exactly as large as the public group
-    that `origin` bins alike: a k rule releases or leaves out whole cells."""
-    ((count,),) = con.execute(
-        f"""
-        WITH r AS (
-            SELECT sbin, rbin, num_nodes, gpus_per_node, num_gpus, count(*) AS n
-            FROM rel WHERE rbin IS NOT NULL GROUP BY ALL
-        ),
-        p AS (
-            SELECT {_bin("submit - $origin", res)} AS sbin, rbin, num_nodes, gpus_per_node,
-                   num_gpus, count(*) AS n
-            FROM pub_durations WHERE rbin IS NOT NULL GROUP BY ALL
-        )
-        SELECT coalesce(sum(r.n), 0)
-        FROM r JOIN p USING (sbin, rbin, num_nodes, gpus_per_node, num_gpus)
-        WHERE r.n = p.n
-        """,
-        {"origin": origin},
+def _most_whole_cells(con: duckdb.DuckDBPyConnection, res: float, origins: np.ndarray) -> float:
+    """The origin under which the public jobs, binned alike, explain the most released jobs
+    per group (submit bin, run and queue bin, size), then the one that draws them from the
+    fewest public jobs: under the true origin every released group is a subset of its public
+    group (the whole of it where the k rule kept whole cells), while a wrong one merges
+    unrelated jobs."""
+    ((queue, partition),) = con.execute(
+        "SELECT count(qbin) > 0, count(real_partition) > 0 FROM rel"
     ).fetchall()
-    return int(count)
+    key = "sbin, rbin, num_nodes, gpus_per_node, num_gpus"
+    key += (", qbin" if queue else "") + (", real_partition" if partition else "")
+    rows = con.execute(
+        f"""
+        WITH g AS (SELECT unnest($origins::DOUBLE[]) AS origin),
+        r AS (SELECT {key}, count(*) AS n FROM rel WHERE rbin IS NOT NULL GROUP BY ALL),
+        p AS (
+            SELECT g.origin, {_bin("submit - g.origin", res)} AS sbin,
+                   {key.removeprefix("sbin, ")}, count(*) AS n
+            FROM pub_durations, g WHERE rbin IS NOT NULL GROUP BY ALL
+        )
+        SELECT p.origin, sum(least(r.n, p.n)) AS explained, sum(p.n) AS drawn_from
+        FROM r JOIN p USING ({key})
+        GROUP BY p.origin ORDER BY explained DESC, drawn_from, p.origin LIMIT 1
+        """,
+        {"origins": origins.tolist()},
+    ).fetchall()
+    return float(rows[0][0]) if rows else float(origins[len(origins) // 2])
 
 
 def _reverse(con: duckdb.DuckDBPyConnection, released: str, public: str, known: str) -> int:
@@ -261,15 +313,7 @@ def _reverse(con: duckdb.DuckDBPyConnection, released: str, public: str, known: 
             FROM cand c JOIN rel r USING (i)
             WHERE r.{released} IS NOT NULL AND r.{released} NOT IN {known}
         ),
-        votes AS (SELECT v, real, sum(w) AS votes FROM w GROUP BY ALL),
-        ranked AS (
-            SELECT v, real, votes,
-                   row_number() OVER (PARTITION BY v ORDER BY votes DESC, real) AS rank,
-                   lead(votes) OVER (PARTITION BY v ORDER BY votes DESC, real) AS second
-            FROM votes
-        )
-        SELECT v, real FROM ranked
-        WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) AND votes >= 2
+        {BEST_VOTE_SQL.format(pairs="w")}
         """
     ).fetchall()
     if mapping:
@@ -301,19 +345,13 @@ def _reverse_nodes(con: duckdb.DuckDBPyConnection) -> int:
         ).fetchall()
     ]
     votes = con.execute(
-        """
+        f"""
         WITH pairs AS (
             SELECT unnest(r.nodes) AS a, unnest(c.nodes) AS n,
                    1.0 / count(*) OVER (PARTITION BY c.i) AS w
             FROM cand c JOIN rel r USING (i) WHERE len(r.nodes) = len(c.nodes)
         ),
-        v AS (SELECT a, n, sum(w) AS votes FROM pairs GROUP BY ALL),
-        ranked AS (
-            SELECT a, n, votes, row_number() OVER (PARTITION BY a ORDER BY votes DESC, n) AS rank,
-                   lead(votes) OVER (PARTITION BY a ORDER BY votes DESC, n) AS second
-            FROM v
-        )
-        SELECT a, n FROM ranked WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) AND votes >= 2
+        {BEST_VOTE_SQL.format(pairs="(SELECT a AS v, n AS real, w FROM pairs)")}
         """
     ).fetchall()
     hypotheses = [dict(votes)]
