@@ -243,3 +243,29 @@ def test_cli_attack_prints_the_configured_policy(campus, tmp_path, capsys):
     header, row, legend = capsys.readouterr().out.splitlines()
     assert "users linked" in header and row.startswith("as configured")
     assert f"{result['users_linked']:>5,} ({result['users_pct']:5.1f} %)" in row
+
+
+def print_table() -> None:
+    """The linkage table of docs/trace-format.md, for the test population."""
+    import tempfile
+
+    from traces.linkage import scenarios
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(tmp)
+        jobs, inventory = population()
+        wh.append("nodes", inventory)
+        wh.append("jobs", jobs)
+        public = public_view(wh, SINCE, UNTIL)
+        shown = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        for name, settings in scenarios(TraceSettings()):
+            r = evaluate(wh, SINCE, UNTIL, settings, KEY, name, public)
+            print(
+                f"| {name} | {r.jobs:,} | {r.left_out:,} | {r.users} | "
+                f"{r.users_linked} ({r.users_pct:.1f} %) | {r.jobs_linked:,} ({r.jobs_pct:.1f} %) "
+                f"| {r.wrong_claims:,} | {shown(r.run_ks)} | {shown(r.queue_ks)} |"
+            )
+
+
+if __name__ == "__main__":
+    print_table()

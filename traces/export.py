@@ -351,6 +351,7 @@ def build_release(
         collection=_collection_text(settings),
         anonymization=_anonymization_lines(settings, suppressed, nodes),
         biases=BIASES,
+        threat_model=THREAT_MODEL,
         policy=_policy(settings),
     )
     return Release(jobs, series, info, suppressed)
@@ -507,24 +508,71 @@ def _collection_text(settings: TraceSettings) -> str:
 
 
 def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -> list[str]:
+    linkage = {
+        "none": "every job has its own user and group pseudonym: nothing links two jobs of "
+        "one person or lab",
+        "group": "one pseudonym per group, and every job its own user pseudonym",
+        "user": "one pseudonym per user and per group: a user's jobs are linked",
+    }[settings.linkage]
+    aliases = {
+        "per_job": "a job's nodes are n1, n2, ... in its own list (count and order only)",
+        "random": f"the {nodes} nodes have one secret random alias each for this release",
+        "name_order": f"the {nodes} nodes are renamed n001, n002, ... in name order "
+        "(reversible by anyone who can list the node names)",
+    }[settings.node_aliases]
+    origin = (
+        "a secret origin, a whole number of time bins up to a week before the window start "
+        "(release_start 1970-01-01 is not a real date)"
+        if settings.time_shift
+        else "the window start (release_start)"
+    )
+    res = settings.time_resolution_s
+    ratio = settings.duration_ratio
     return [
         "Users, groups and job ids are HMAC-SHA256 pseudonyms under a secret per-release key "
-        "(not a bare hash); the same key was reused only if the publisher chose to.",
-        "Job names, commands, working directories, paths, hostnames and IPs are not included; "
-        f"the {nodes} nodes are renamed n001, n002, ... in name order.",
-        "Times are seconds since the release start; dependencies keep only package names and "
-        "versions.",
-        f"Groups with fewer than k={settings.k} users are merged into group 'other'.",
-        f"Rare resource shapes (fewer than k={settings.k} users): policy '{settings.rare_shapes}'; "
-        f"{suppressed} jobs left out.",
+        f"(not a bare hash); {linkage}.",
+        f"Job names, commands, working directories, paths, hostnames and IPs are not included; "
+        f"{aliases}.",
+        f"Times are seconds since {origin}. "
+        + (f"Submit times are known to {res} s bins" if res else "Submit times are exact")
+        + (f", run and queue times to buckets growing by x{ratio:g}" if ratio > 1 else "")
+        + "; values are placed at random inside their bin.",
+        "Partition names: "
+        + (
+            "all raw"
+            if ANY in settings.partitions
+            else "pseudonyms except " + _listed(settings.partitions)
+        )
+        + "; dependencies: "
+        + ("any package name" if ANY in settings.packages else "only listed public packages")
+        + ".",
+        f"Groups with fewer than k={settings.k} users are merged into group 'other'; rare "
+        f"resource shapes: policy '{settings.rare_shapes}'. A job is released only when the "
+        f"jobs with its {', '.join(_quasi_identifiers(settings)) or 'nothing'} hold at least "
+        f"k={settings.k} users, none with more than half of them; {suppressed} jobs left out.",
         "Fields left out: " + (", ".join(settings.drop) or "none") + ".",
     ]
 
 
+def _listed(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+THREAT_MODEL = (
+    "The release is assumed to reach anyone, including users of the same cluster, who can "
+    "list every job's owner, account, partition, submit/start/end time, size and nodes "
+    "(`sacct -a`) and each node's GPU model (`sinfo`). Such a person matches released jobs to "
+    "jobs they can see, by time, size and duration, to learn whose GPU efficiency a job or a "
+    "pseudonym shows. `sing trace attack` plays that person against this policy before "
+    "publication; the policy above is meant to leave them no job they can attribute with "
+    "better than even odds. Not covered: someone who knows a job's telemetry from elsewhere, "
+    "and job-level timeseries (`--timeseries`), which show run times to the minute."
+)
+
 BIASES = [
     "Telemetry of a censored job covers samples up to the end of the release's last day.",
-    "Jobs whose shape was rare were generalised or left out, so the largest and most unusual "
-    "jobs are under-represented.",
+    "Jobs whose shape or cell was rare were generalised or left out, so the largest, most "
+    "unusual and most bursty jobs (one user's many similar jobs) are under-represented.",
     "GPU utilisation is the driver's coarse 'any kernel running' ratio; SM activity is the "
     "better measure of how busy a GPU was.",
     "Jobs without samples (e.g. CPU-only, or before monitoring started) have empty telemetry.",

@@ -43,6 +43,7 @@ class ReleaseInfo:
     biases: list[str] = field(default_factory=list)
     source: str = ""  # "sing export" or "import:<format>"
     policy: dict | None = None  # an export's anonymization settings (datapackage.json)
+    threat_model: str = ""
 
 
 def write_trace(
@@ -210,6 +211,7 @@ def _datasheet(info: ReleaseInfo, package: dict, figures: dict) -> str:
         censored_jobs=figures["censored_jobs"],
         collection=info.collection or "Not recorded.",
         anonymization=bullets(info.anonymization),
+        threat_model=info.threat_model or "Not assessed: the publisher of the source decided.",
         biases=bullets(info.biases),
         files="\n".join(files),
         fields="\n".join(fields),
