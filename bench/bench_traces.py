@@ -4,7 +4,8 @@ Builds a warehouse of N jobs (2,000 users, 60 groups, 400 nodes, one job in ten 
 nodes; one GPU sample and one RDMA sample per node of each job so the telemetry joins, node lists
 and medians do real work; closed days compacted into rollups as a running site's collector does),
 then times side by side in one run:
-export with the default policy (Parquet + CSV), the same export's two halves (building the
+export with the default policy (Parquet + CSV), with the precise policy (sing 1.0's: every job
+kept and written, the most rows), the default export's two halves (building the
 anonymized release in memory, writing its files), export Parquet only, validation, and importing
 the same number of jobs from a Helios-format CSV.
 
@@ -154,6 +155,13 @@ def main() -> None:
             n,
             lambda: export_trace(wh, T0, until, tmp / "full", key=key, settings=TraceSettings()),
         )
+        timed(
+            "export, precise policy (every job written), Parquet + CSV",
+            n,
+            lambda: export_trace(
+                wh, T0, until, tmp / "precise", key=key, settings=TraceSettings.precise()
+            ),
+        )
         release = []
         timed(
             "  of which: select, summarise, anonymize (memory)",
@@ -173,7 +181,9 @@ def main() -> None:
             ),
         )
         timed(
-            "validate (hashes, types, CSV = Parquet, aggregates)", n, lambda: validate(tmp / "full")
+            "validate (hashes, types, CSV = Parquet, aggregates)",
+            n,
+            lambda: validate(tmp / "precise"),
         )
         helios = tmp / "cluster_log.csv"
         jobs = synthetic_jobs(n, np.random.default_rng(8))

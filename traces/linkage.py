@@ -6,14 +6,17 @@ GPUs per node and node names, and `sinfo` gives each node's GPU model. With the 
 (jobs table and datapackage.json, whose anonymization block is public), they try to name the
 owner of each pseudonym, and so read the GPU efficiency of all that person's jobs:
 
-1. Time origin: `release_start` when times are absolute. Otherwise run and queue times, which a
-   shift does not change, pair released jobs with public ones of the same size; each pair allows
-   an interval of origins (the submit bin's width) and the origin most pairs allow wins.
-2. Candidates: each released job matches the public jobs with the same coarsened submit, run and
-   queue time, nodes, GPUs per node, GPU model (unless generalised) and raw partition name.
-3. Pseudonymous values are reversed by votes over the candidates: partition and group
-   pseudonyms, and node aliases (also the hypothesis that aliases follow node-name order).
-   Candidates that contradict a reversed value drop out, unless none would be left.
+1. Partition pseudonyms are reversed first, by votes of public jobs with the same size, run
+   and queue time, which a time shift does not change.
+2. Time origin: `release_start` when times are absolute. Otherwise the same look-alike pairs
+   each allow an interval of origins (the submit bin's width); around the origin most pairs
+   allow, the one under which the public jobs, binned like the release, explain the most
+   released jobs from the fewest public ones wins.
+3. Candidates: each released job matches the public jobs with the same coarsened submit, run and
+   queue time, nodes, GPUs per node, GPU model (unless generalised) and partition. Group
+   pseudonyms and node aliases are reversed by votes over the candidates (node aliases also by
+   the hypothesis that they follow node-name order); candidates that contradict a reversed
+   value drop out, unless none would be left.
 4. A pseudonym's jobs vote: a user's posterior is the product over the jobs of the share of the
    job's candidates that are theirs (Bayes with a uniform prior, a small floor for a miss).
    Released jobs that declare the same dependencies are voted on together as well (a private
@@ -135,7 +138,9 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     con.execute(CANDIDATES_SQL)
     reversed_values = {
         "partition": partitions,
-        "group": _reverse(con, '"group"', "account", "(SELECT account FROM pub)"),
+        "group": _reverse(
+            con, '"group"', "account", "(SELECT account FROM pub WHERE account IS NOT NULL)"
+        ),
         "node": _reverse_nodes(con),
     }
     return Attack(_claims(con), origin, reversed_values)
@@ -177,11 +182,12 @@ FROM pub_in
 """
 
 
+# A released job `r` and a public one `p` of the same size and durations; a time the release
+# does not show (dropped, or cut by the window) matches any.
 SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
     AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
     AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
     AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)"""
-# (a time the release does not show, dropped or cut by the window, matches any)
 
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
 # partition where the release shows its real name or it was reversed.
