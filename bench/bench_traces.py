@@ -87,7 +87,12 @@ def build_warehouse(root: Path, n: int) -> Warehouse:
     wh.append(
         "nodes",
         pl.DataFrame(
-            {"node": [f"node{x:03d}" for x in range(400)], "gpus": 8, "gpu_model": "H100"}
+            {
+                "node": [f"node{x:03d}" for x in range(400)],
+                "gpus": 8,
+                "gpu_model": "H100",
+                "cluster": "bench",
+            }
         ),
     )
     wh.append("jobs", jobs)
