@@ -1,11 +1,12 @@
 """Export a window of the warehouse as an anonymized trace release.
 
 All in one DuckDB connection: the jobs submitted in [since, until) and their per-job rollups
-(never the raw samples) are staged once, the k-anonymity policy (`traces.anonymize`) picks the
-kept jobs from a few narrow columns, and one query assembles their telemetry summaries in
-release order; keyed pseudonyms then replace ids over whole columns. Real names leave this
-module only as pseudonyms: job names, commands, paths, hosts and IPs are never selected; nodes
-become n001, n002, ... in name order."""
+(never the raw samples) are staged once with their coarsened times, the k-anonymity policy
+(`traces.anonymize`) picks the kept jobs from a few narrow columns, and one query assembles
+their telemetry summaries in release order; keyed pseudonyms then replace ids over whole
+columns. Real names leave this module only as pseudonyms: job names, commands, paths, hosts and
+IPs are never selected; nodes get aliases ([trace] node_aliases). `traces.linkage` measures
+what the policy leaves an attacker who can see every job's owner."""
 
 from __future__ import annotations
 
