@@ -92,6 +92,7 @@ def build_warehouse(root: Path, n: int) -> Warehouse:
                 "gpus": 8,
                 "gpu_model": "H100",
                 "cluster": "bench",
+                "valid_from": T0,
             }
         ),
     )

@@ -22,28 +22,22 @@ SHA256_BLOCK = 64
 
 
 def pseudonymize(
-    column: pa.ChunkedArray | pa.Array,
-    key: bytes,
-    kind: str,
-    distinct: bool = False,
-    domain: str = "",
+    column: pa.ChunkedArray | pa.Array, key: bytes, kind: str, distinct: bool = False
 ) -> pa.Array:
-    """Replace each value by `kind` + '_' + HMAC-SHA256(key, domain:value), nulls kept.
+    """Replace each value by `kind` + '_' + HMAC-SHA256(key, kind:value), nulls kept.
 
-    The domain is `kind` unless given: a user pseudonym made per job (domain "u-job", from the
-    job id) can then never equal a user's own. The HMAC runs once per distinct value, found
-    first; `distinct=True` says that (nearly) all values differ already, as job ids do, so
-    looking for repeats would be wasted work.
+    The HMAC runs once per distinct value, found first; `distinct=True` says that (nearly) all
+    values differ already, as job ids do, so looking for repeats would be wasted work.
     """
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if distinct:
-        return _pseudonyms(array, key, kind, domain or kind)
+        return _pseudonyms(array, key, kind)
     encoded = pc.dictionary_encode(array)
-    return pc.take(_pseudonyms(encoded.dictionary, key, kind, domain or kind), encoded.indices)
+    return pc.take(_pseudonyms(encoded.dictionary, key, kind), encoded.indices)
 
 
-def _pseudonyms(values: pa.Array, key: bytes, kind: str, domain: str) -> pa.Array:
-    mac = hmac_sha256_hex(key, f"{domain}:".encode())
+def _pseudonyms(values: pa.Array, key: bytes, kind: str) -> pa.Array:
+    mac = hmac_sha256_hex(key, f"{kind}:".encode())
     names = [
         None if value is None else f"{kind}_{mac(value)[:PSEUDONYM_HEX]}"
         for value in values.cast(pa.binary()).to_pylist()
