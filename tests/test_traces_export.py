@@ -447,3 +447,21 @@ def test_energy_across_a_counter_reset_unknown_rdma_and_clusters_kept_apart(tmp_
     assert mine["rdma_rx_bytes"] == 15
     theirs = next(j for j in jobs if j is not mine and j["energy_j"] is not None)
     assert theirs["energy_j"] == pytest.approx(12000.0)
+
+
+def test_default_policy_export_is_valid_and_says_how_it_was_made(warehouse, tmp_path):
+    """The default release (secret origin, coarse times, per-job pseudonyms and node names)
+    validates, states its threat model, and tells readers how to read its times."""
+    export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, timeseries=True)
+    assert validate(tmp_path / "t") == []
+    package = json.loads((tmp_path / "t" / "datapackage.json").read_text())
+    assert package["release_start"].startswith("1970-01-01") and package["release_end"] is None
+    assert package["anonymization"]["time_origin"] == "secret"
+    assert package["anonymization"]["time_resolution_s"] == 86_400
+    jobs = pq.read_table(tmp_path / "t" / "jobs.parquet")
+    assert "partition" not in jobs.column_names and "start_s" not in jobs.column_names
+    users, ids = jobs["user"].to_pylist(), jobs["job_id"].to_pylist()
+    assert [u[2:] for u in users] == [j[2:] for j in ids]  # one pseudonym per job
+    assert all(n == [f"n{i + 1}" for i in range(len(n))] for n in jobs["nodes"].to_pylist())
+    readme = (tmp_path / "t" / "README.md").read_text()
+    assert "## Threat model" in readme and "sacct -a" in readme
