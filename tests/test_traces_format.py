@@ -55,3 +55,28 @@ def test_trace_section_is_checked(tmp_path):
     file.write_text('[trace]\ndrop = ["job_id"]\n')
     with pytest.raises(UserError, match="job_id cannot be dropped"):
         Config.load(file).section("trace", TraceSettings)
+
+
+def test_privacy_keys_are_checked(tmp_path):
+    file = tmp_path / "sing.toml"
+    file.write_text(
+        '[trace]\nnode_aliases = "random"\nlinkage = "user"\npartitions = ["gpu"]\n'
+        'time_resolution_s = 3600\nduration_ratio = 1.5\nquasi_identifiers = ["shape", "submit"]\n'
+    )
+    settings = Config.load(file).section("trace", TraceSettings)
+    assert (settings.node_aliases, settings.linkage, settings.partitions) == (
+        "random",
+        "user",
+        ("gpu",),
+    )
+    assert settings.quasi_identifiers == ("shape", "submit") and settings.duration_ratio == 1.5
+    for text, message in (
+        ('node_aliases = "hostname"', "node_aliases = 'hostname'"),
+        ('linkage = "everyone"', "linkage = 'everyone'"),
+        ('quasi_identifiers = ["name"]', "quasi_identifiers: name unknown"),
+        ("time_resolution_s = -1", "time_resolution_s < 0"),
+        ("duration_ratio = 0.5", "duration_ratio < 1"),
+    ):
+        file.write_text(f"[trace]\n{text}\n")
+        with pytest.raises(UserError, match=message):
+            Config.load(file).section("trace", TraceSettings)
