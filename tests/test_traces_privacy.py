@@ -2,8 +2,8 @@
 
 The warehouse holds a week of real Philly jobs (arrival times, run times, GPU counts and
 virtual clusters from ../shared/traces) given to 150 users of 30 labs, as on a campus: a user
-submits sessions of similar jobs to their lab's virtual cluster. The attack sees what `sacct -a`
-shows of every job, and nothing of how the owners were drawn.
+submits sessions of similar jobs to their lab's virtual cluster, with their usual time limit.
+The attack sees what `sacct -a` shows of every job, and nothing of how the owners were drawn.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ UNTIL = SINCE + timedelta(days=7)
 KEY = bytes(range(100, 132))
 USERS, LABS = 150, 30
 SESSION_GAP_S = 900
+LIMITS = [3_600, 4 * 3_600, 12 * 3_600, 86_400, 2 * 86_400, 7 * 86_400]  # sbatch --time
 STACKS = [
     {"python": "3.10", "torch": "2.1.2", "numpy": "1.26.4"},
     {"python": "3.11", "torch": "2.3.1", "numpy": "1.26.4"},
@@ -61,6 +62,7 @@ def population(seed: int = 7) -> tuple[pa.Table, pa.Table]:
     user_lab = rng.integers(0, LABS, USERS)
     weight = 1 / np.arange(1, USERS + 1) ** 0.8  # a few heavy users, a long tail
     env = {u: dict(STACKS[rng.integers(len(STACKS))]) for u in range(USERS)}
+    habit = {u: LIMITS[rng.integers(len(LIMITS))] for u in range(USERS)}  # a user's usual limit
     for u in range(USERS):
         if rng.random() < 0.3:
             env[u][f"lab{user_lab[u]:02d}-tools"] = "0.1"  # a lab's private package
@@ -94,6 +96,9 @@ def population(seed: int = 7) -> tuple[pa.Table, pa.Table]:
                 "num_nodes": span,
                 "gpus_per_node": per_node,
                 "num_gpus": span * per_node,
+                "time_limit_s": min(
+                    (x for x in LIMITS if x >= max(habit[owner], run)), default=30 * 86_400
+                ),
                 "nodes": [f"{vc}-{(first + i) % vc_nodes.get(vc, 8):03d}" for i in range(span)],
                 "dependencies": json.dumps(env[owner]),
             }

@@ -78,6 +78,7 @@ QI_COLUMNS = {
     "submit": ("submit_bin",),
     "run": ("run_bin",),
     "queue": ("queue_bin",),
+    "time_limit": ("time_limit_s",),
     "partition": ("partition",),
     "group": ("group",),
     "dependencies": ("dependencies",),

@@ -105,7 +105,7 @@ CREATE TEMP TABLE coarse AS {COARSE_SQL};
 PEOPLE_SQL = """
 CREATE TEMP VIEW people AS
     SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, partition,
-           c.submit_bin, c.run_bin, c.queue_bin, d.clean AS dependencies
+           time_limit_s, c.submit_bin, c.run_bin, c.queue_bin, d.clean AS dependencies
     FROM sel JOIN coarse c USING (r)
     LEFT JOIN deps d ON d.raw = sel.dependencies
     LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
@@ -267,6 +267,7 @@ MAX_SHIFT_S = 7 * 86_400
 # The released fields that show each quasi-identifier: dropping all of them hides it.
 SHOWN_BY = {
     "queue": ("queue_s", "start_s", "end_s"),
+    "time_limit": ("time_limit_s",),
     "partition": ("partition",),
     "group": ("group",),
     "dependencies": ("dependencies",),

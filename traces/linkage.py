@@ -58,7 +58,7 @@ REFINE_BINS = 4  # bins either side of the pairs' answer that are tried
 # each job's first node is what `sinfo` says of it.
 PUBLIC_SQL = """
 SELECT j.job_id AS pub, j."user", j.account, j.partition, j.num_nodes, j.gpus_per_node,
-       j.num_gpus, j.nodes, m.gpu_model,
+       j.num_gpus, j.nodes, j.time_limit_s, m.gpu_model,
        epoch(j.submit_time) AS submit,
        CASE WHEN j.start_time < $seen THEN epoch(j.start_time) END AS start,
        CASE WHEN j.end_time <= $seen THEN epoch(j.end_time) END AS "end"
@@ -163,7 +163,7 @@ def _released_sql(res: float, ratio: float) -> str:
     return f"""
 CREATE TABLE rel AS
 SELECT row_number() OVER () - 1 AS i, coalesce("user", 'row' || i) AS pseudonym, "group",
-       partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s,
+       partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s, time_limit_s,
        nullif(dependencies, '{{}}') AS fingerprint,
        {_bin("submit_s", res)} AS sbin,
        CASE WHEN NOT censored THEN {_duration_bin("run_s", ratio, True)} END AS rbin,
@@ -182,12 +182,13 @@ FROM pub_in
 """
 
 
-# A released job `r` and a public one `p` of the same size and durations; a time the release
-# does not show (dropped, or cut by the window) matches any.
+# A released job `r` and a public one `p` of the same size, durations and time limit; a value
+# the release does not show (dropped, or cut by the window) matches any.
 SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
     AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
     AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
-    AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)"""
+    AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)
+    AND (r.time_limit_s IS NULL OR r.time_limit_s = p.time_limit_s)"""
 
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
 # partition where the release shows its real name or it was reversed.
@@ -544,6 +545,7 @@ def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
         ("random node aliases", replace(settings, node_aliases="random")),
         ("node aliases in name order", replace(settings, node_aliases="name_order")),
         ("start, end, queue shown", shown("start_s", "end_s", "queue_s")),
+        ("time limit shown", shown("time_limit_s")),
         ("partition shown", shown("partition")),
         ("partition shown, raw names", shown("partition", partitions=(ANY,))),
         ("dependencies shown", shown("dependencies")),

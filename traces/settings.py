@@ -17,14 +17,23 @@ from traces.format import DROPPABLE
 
 KEY_BYTES = 32
 ANY = "*"  # in an allow-list: every name
-DEFAULT_DROP = ("dependencies", "partition", "start_s", "end_s", "queue_s")
+DEFAULT_DROP = ("dependencies", "partition", "start_s", "end_s", "queue_s", "time_limit_s")
 RARE_SHAPE_POLICIES = ("generalize", "suppress", "keep")
 NODE_ALIASES = ("per_job", "random", "name_order")
 LINKAGES = ("none", "group", "user")
 # What the k rule groups jobs by: the resource shape (nodes, GPUs per node, GPU model) and the
 # released values a cluster user can also read off `sacct -a` for every job.
 # Declared software counts too: jobs that declare the same stack can be pooled like a pseudonym.
-QUASI_IDENTIFIERS = ("shape", "submit", "run", "queue", "partition", "group", "dependencies")
+QUASI_IDENTIFIERS = (
+    "shape",
+    "submit",
+    "run",
+    "queue",
+    "time_limit",
+    "partition",
+    "group",
+    "dependencies",
+)
 # Public packages whose names say nothing about a person; anything else (a lab's own package,
 # a private fork) is left out unless the site lists it.
 PUBLIC_PACKAGES = (
@@ -83,8 +92,8 @@ class TraceSettings:
     # users per job; user: one pseudonym per user and per group (links a user's jobs).
     linkage: str = "none"
     # Optional jobs fields left out of every release. By default those that, with the k rule
-    # over them, would leave out most jobs: what software a job declared, its partition, and
-    # its queueing (start, end and queue times; submit and run times stay).
+    # over them, would leave out most jobs: what software a job declared, its partition, its
+    # queueing (start, end and queue times; submit and run times stay) and its time limit.
     drop: tuple[str, ...] = DEFAULT_DROP
     # File holding the release's secret HMAC key (hex). Empty: a fresh random key per export,
     # so releases are unlinkable. Reuse a key file on purpose to link releases.
