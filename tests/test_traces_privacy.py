@@ -30,6 +30,8 @@ UNTIL = SINCE + timedelta(days=7)
 KEY = bytes(range(100, 132))
 USERS, LABS = 150, 30
 SESSION_GAP_S = 900
+OUTCOMES = [("COMPLETED", 0), ("FAILED", 1), ("CANCELLED by 1042", 15), ("TIMEOUT", None)]
+OUTCOME_SHARES = [0.85, 0.08, 0.05, 0.02]
 LIMITS = [3_600, 4 * 3_600, 12 * 3_600, 86_400, 2 * 86_400, 7 * 86_400]  # sbatch --time
 STACKS = [
     {"python": "3.10", "torch": "2.1.2", "numpy": "1.26.4"},
@@ -80,6 +82,7 @@ def population(seed: int = 7) -> tuple[pa.Table, pa.Table]:
         per_node = min(gpus, 8)
         first = int(rng.integers(0, vc_nodes.get(vc, 8)))
         start = t + timedelta(seconds=float(rng.exponential(300)))
+        state, code = OUTCOMES[rng.choice(len(OUTCOMES), p=OUTCOME_SHARES)]
         jobs.append(
             {
                 "job_id": str(100_000 + n),
@@ -91,8 +94,8 @@ def population(seed: int = 7) -> tuple[pa.Table, pa.Table]:
                 "submit_time": t,
                 "start_time": start,
                 "end_time": start + timedelta(seconds=run),
-                "state": "COMPLETED",
-                "exit_code": 0,
+                "state": state,
+                "exit_code": code,
                 "num_nodes": span,
                 "gpus_per_node": per_node,
                 "num_gpus": span * per_node,
@@ -214,10 +217,22 @@ def test_node_aliases(campus):
     assert [random[n] for n in names] != sorted(random.values())  # random: not in name order
 
 
-def test_aliases_shared_across_jobs_are_reversed(campus, default):
-    """One random alias per node: the attack reverses aliases by votes and names users that
-    per-job aliases (the default) keep hidden."""
-    assert linkage(campus, TraceSettings(node_aliases="random")).users_linked > default.users_linked
+def test_aliases_shared_across_jobs_are_reversed(campus):
+    """One random alias per node: the attack reverses aliases by votes and names more users
+    than with per-job aliases, where the cells leave it room (run time not in them)."""
+    loose = TraceSettings(time_shift=False, quasi_identifiers=("shape", "submit", "outcome"))
+    per_job = linkage(campus, loose)
+    random = linkage(campus, replace(loose, node_aliases="random"))
+    assert random.users_linked > per_job.users_linked and random.jobs_linked > per_job.jobs_linked
+
+
+def test_job_outcome_is_in_the_cells(campus, default):
+    """`sacct -a` shows each job's state: cells that ignore it let the attack single out a failed
+    or cancelled job among completed ones."""
+    settings = TraceSettings()
+    without = tuple(q for q in settings.quasi_identifiers if q != "outcome")
+    assert linkage(campus, replace(settings, quasi_identifiers=without)).users_linked > 0
+    assert default.users_linked == 0
 
 
 def test_partition_names_ship_only_from_the_allow_list(campus):

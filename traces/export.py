@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sing.errors import UserError
 from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
-from traces.format import JOBS, TIMESERIES, conform, state_sql
+from traces.format import JOBS, TIMESERIES, conform, exit_class_sql, state_sql
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import ANY, TraceSettings, load_key
 from warehouse.analytics import job_gpu_sql, job_rdma_sql
@@ -100,17 +100,27 @@ CREATE TEMP TABLE rdma AS
 CREATE TEMP TABLE coarse AS {COARSE_SQL};
 """
 
+
 # The columns the k-anonymity policy looks at, one row per job; dependencies as released
 # (`deps`: raw -> cleaned text).
-PEOPLE_SQL = """
+def outcome_sql(t: str) -> str:
+    """SQL: a job's released state and exit class, from relation `t` (sel joined to coarse)."""
+    return f"""CASE WHEN {t}.censored AND {t}.queue_s IS NOT NULL THEN 'running'
+            WHEN {t}.censored THEN 'pending'
+            ELSE {state_sql(f"{t}.state")} END AS state,
+       CASE WHEN NOT {t}.censored THEN {exit_class_sql(f"{t}.exit_code")} END AS exit_class"""
+
+
+PEOPLE_SQL = f"""
 CREATE TEMP VIEW people AS
     SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, partition,
-           time_limit_s, c.submit_bin, c.run_bin, c.queue_bin, d.clean AS dependencies
-    FROM sel JOIN coarse c USING (r)
-    LEFT JOIN deps d ON d.raw = sel.dependencies
+           time_limit_s, submit_bin, run_bin, queue_bin, d.clean AS dependencies,
+           {outcome_sql("t")}
+    FROM (SELECT * FROM sel JOIN coarse USING (r)) t
+    LEFT JOIN deps d ON d.raw = t.dependencies
     LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
                FROM nodes GROUP BY ALL) m
-         ON m.cluster = sel.cluster AND m.node = sel.nodes[1]
+         ON m.cluster = t.cluster AND m.node = t.nodes[1]
 """
 
 # Every node the selected jobs touched, renamed n001, n002, ... in name order, or in the order
@@ -205,12 +215,7 @@ times AS (
     FROM sel JOIN coarse c USING (r)
 )
 SELECT t.job_id, t."user", k."group", t.submit_s, t.start_s, t.end_s, t.run_s, t.queue_s,
-       CASE WHEN t.censored AND t.start_s IS NOT NULL THEN 'running'
-            WHEN t.censored THEN 'pending'
-            ELSE {state_sql("t.state")} END AS state,
-       CASE WHEN t.censored OR t.exit_code IS NULL THEN NULL
-            WHEN t.exit_code = 0 THEN 'success'
-            WHEN t.exit_code >= 128 THEN 'signal' ELSE 'error' END AS exit_class,
+       {outcome_sql("t")},
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
        t.time_limit_s, t.interactive, t.censored, d.clean AS dependencies,
        nl.nodes, g.gpu_util_mean,

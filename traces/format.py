@@ -210,3 +210,9 @@ def state_sql(raw: str) -> str:
         WHEN {s} IN ('RUNNING', 'COMPLETING', 'SUSPENDED') THEN 'running'
         WHEN {s} IN ('PENDING', 'WAITING', 'QUEUED') THEN 'pending'
         ELSE 'unknown' END"""
+
+
+def exit_class_sql(code: str) -> str:
+    """SQL classing an exit code as EXIT_CLASSES: 0 success, 128 and above signal, else error."""
+    return f"""CASE WHEN {code} IS NULL THEN NULL WHEN {code} = 0 THEN 'success'
+        WHEN {code} >= 128 THEN 'signal' ELSE 'error' END"""

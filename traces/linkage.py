@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from traces import sql
 from traces.anonymize import OTHER, pseudonymize
 from traces.export import MAX_SHIFT_S, build_release
-from traces.format import JOBS, conform
+from traces.format import JOBS, conform, exit_class_sql, state_sql
 from traces.settings import ANY, TraceSettings
 from warehouse.store import Warehouse
 
@@ -56,9 +56,11 @@ REFINE_BINS = 4  # bins either side of the pairs' answer that are tried
 
 # What `sacct -a` shows of every job submitted in [$from, $to), as of $seen; the GPU model of
 # each job's first node is what `sinfo` says of it.
-PUBLIC_SQL = """
+PUBLIC_SQL = f"""
 SELECT j.job_id AS pub, j."user", j.account, j.partition, j.num_nodes, j.gpus_per_node,
        j.num_gpus, j.nodes, j.time_limit_s, m.gpu_model,
+       CASE WHEN j.end_time <= $seen THEN {state_sql("j.state")} END AS state,
+       CASE WHEN j.end_time <= $seen THEN {exit_class_sql("j.exit_code")} END AS exit_class,
        epoch(j.submit_time) AS submit,
        CASE WHEN j.start_time < $seen THEN epoch(j.start_time) END AS start,
        CASE WHEN j.end_time <= $seen THEN epoch(j.end_time) END AS "end"
@@ -164,6 +166,7 @@ def _released_sql(res: float, ratio: float) -> str:
 CREATE TABLE rel AS
 SELECT row_number() OVER () - 1 AS i, coalesce("user", 'row' || i) AS pseudonym, "group",
        partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s, time_limit_s,
+       CASE WHEN NOT censored THEN state END AS state, exit_class,
        nullif(dependencies, '{{}}') AS fingerprint,
        {_bin("submit_s", res)} AS sbin,
        CASE WHEN NOT censored THEN {_duration_bin("run_s", ratio, True)} END AS rbin,
@@ -182,13 +185,15 @@ FROM pub_in
 """
 
 
-# A released job `r` and a public one `p` of the same size, durations and time limit; a value
-# the release does not show (dropped, or cut by the window) matches any.
+# A released job `r` and a public one `p` of the same size, durations, time limit and outcome;
+# a value the release does not show (dropped, or cut by the window) matches any.
 SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
     AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
     AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
     AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)
-    AND (r.time_limit_s IS NULL OR r.time_limit_s = p.time_limit_s)"""
+    AND (r.time_limit_s IS NULL OR r.time_limit_s = p.time_limit_s)
+    AND (r.state IS NULL OR r.state = p.state)
+    AND (r.exit_class IS NULL OR r.exit_class = p.exit_class)"""
 
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
 # partition where the release shows its real name or it was reversed.
@@ -272,8 +277,8 @@ def _estimate_origin(con: duckdb.DuckDBPyConnection, res: float) -> float:
     best = int(np.argmax(coverage))
     start, end = events[order][best], events[order][min(best + 1, len(events) - 1)]
     middle = float((start + end) / 2)
-    if res <= 0:
-        return middle
+    if res <= 0:  # exact times: the origin is --since, a whole second
+        return float(round(middle))
     # Pairs of look-alike jobs blur the answer by a bin or more; the right origin also bins
     # the public jobs into the cells the release has (a released group counts as its bin).
     grid = np.arange(middle - REFINE_BINS * res, middle + REFINE_BINS * res, res / REFINE_STEPS)
@@ -538,6 +543,7 @@ def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
     def shown(*fields: str, **changes) -> TraceSettings:
         return replace(settings, drop=tuple(d for d in settings.drop if d not in fields), **changes)
 
+    without_outcome = tuple(q for q in settings.quasi_identifiers if q != "outcome")
     relaxed = [
         ("as configured", settings),
         ("exact times", replace(settings, time_resolution_s=0, duration_ratio=1.0)),
@@ -552,6 +558,7 @@ def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
         ("dependencies, any package", shown("dependencies", packages=(ANY,))),
         ("one pseudonym per group", replace(settings, linkage="group")),
         ("one pseudonym per user", replace(settings, linkage="user")),
+        ("outcome not in the cells", replace(settings, quasi_identifiers=without_outcome)),
         ("k over the shape only", replace(settings, quasi_identifiers=("shape",))),
         ("no protection (sing 1.0)", TraceSettings.precise(k=settings.k)),
     ]

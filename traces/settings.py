@@ -30,6 +30,7 @@ QUASI_IDENTIFIERS = (
     "run",
     "queue",
     "time_limit",
+    "outcome",
     "partition",
     "group",
     "dependencies",
