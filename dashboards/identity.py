@@ -114,8 +114,8 @@ def proxy_user(
     names = headers.get(user_header, ())
     if len(names) != 1 or not names[0].strip():
         return Refusal(
-            f"The sign-in proxy sent {len(names)} {user_header} headers instead of one user "
-            "name; ask the cluster's admins to check its configuration."
+            f"The sign-in proxy did not name exactly one user in {user_header} "
+            f"(got {len(names)}); ask the cluster's admins to check its configuration."
         )
     return names[0].strip()
 

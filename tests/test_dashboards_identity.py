@@ -122,9 +122,10 @@ def test_a_name_without_the_proxys_secret_is_refused() -> None:
 
 
 def test_the_proxy_must_send_exactly_one_user_name() -> None:
-    assert refused(proxied([SECRET.decode()], []), "sent 0 X-Remote-User headers")
-    assert refused(proxied([SECRET.decode()], [" "]), "sent 1 X-Remote-User headers")
-    assert refused(proxied([SECRET.decode()], ["aturing", "ghopper"]), "sent 2")
+    one = "did not name exactly one user in X-Remote-User"
+    assert refused(proxied([SECRET.decode()], []), f"{one} (got 0)")
+    assert refused(proxied([SECRET.decode()], [" "]), f"{one} (got 1)")
+    assert refused(proxied([SECRET.decode()], ["aturing", "ghopper"]), f"{one} (got 2)")
     assert refused(proxied([SECRET.decode()], ["ghopper@campus.edu"]), "not a cluster user")
 
 
