@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -59,47 +59,42 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def serve(warehouse: Path, config: Path, *extra: str) -> Iterator[str]:
-    """Run `sing dashboard` until the generator is closed; yields its URL once healthy."""
-    port = free_port()
-    log = open(config.with_suffix(f".{port}.log"), "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sing.cli",
-            "--config",
-            str(config),
-            "--warehouse",
-            str(warehouse),
-            "dashboard",
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=config.parent,
-    )
-    url = f"http://127.0.0.1:{port}"
+def running(
+    command: list[str], log_file: Path, ready: Callable[[], object], **popen
+) -> Iterator[None]:
+    """Run `command` until the generator is closed; yields once `ready()` stops raising OSError."""
+    log = open(log_file, "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **popen)
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
+                ready()
+                break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"sing dashboard did not start: {config.with_suffix(f'.{port}.log')}"
-                    ) from None
-                time.sleep(0.5)
-        yield url
+                    raise AssertionError(f"{command} did not start: {log_file}") from None
+                time.sleep(0.3)
+        yield
     finally:
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+def serve(warehouse: Path, config: Path, *extra: str) -> Iterator[str]:
+    """Run `sing dashboard` until the generator is closed; yields its URL once healthy."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "sing.cli", "--config", str(config)]
+    command += ["--warehouse", str(warehouse), "dashboard", "--port", str(port), *extra]
+    log = config.with_suffix(f".{port}.log")
+
+    def healthy() -> None:
+        urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).close()
+
+    for _ in running(command, log, healthy, cwd=config.parent):
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -239,28 +234,13 @@ def nginx_in_front(home: Path, upstream: str) -> Iterator[str]:
     secret_conf.chmod(0o600)
     conf = home / "nginx.conf"
     conf.write_text(NGINX_CONF.format(home=home, port=port, upstream=upstream.rsplit(":", 1)[1]))
-    log = open(home / "nginx.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        ["/usr/sbin/nginx", "-p", str(home), "-c", str(conf), "-g", "daemon off;"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"nginx did not start: {home / 'nginx.log'}") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
+    command = ["/usr/sbin/nginx", "-p", str(home), "-c", str(conf), "-g", "daemon off;"]
+
+    def listening() -> None:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+    for _ in running(command, home / "nginx.log", listening):
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
