@@ -55,7 +55,7 @@ def read_proxy_secret(path: Path) -> bytes:
     try:
         with path.open("rb") as file:
             info = os.fstat(file.fileno())
-            text = file.read(4096)
+            data = file.read(4096)
     except OSError as err:
         raise ConfigError(f"{where}: {err.strerror}") from err
     if info.st_uid != os.geteuid() or info.st_mode & 0o077:
@@ -64,7 +64,7 @@ def read_proxy_secret(path: Path) -> bytes:
             f"belong to the dashboard's user (uid {os.geteuid()}) and be readable by nobody "
             "else (chmod 600)"
         )
-    secret = text.strip()
+    secret = data.strip()
     if not SECRET_FORM.fullmatch(secret.decode("ascii", "replace")):
         raise ConfigError(
             f"{where} must hold one line of at least 32 printable characters without spaces "
