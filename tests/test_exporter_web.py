@@ -1,0 +1,327 @@
+"""The exporter's `--web.config.file`: parsing, TLS, client certificates and basic auth, through
+real sockets and real clients (urllib with `ssl`), with certificates made at test time."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from prometheus_client import CollectorRegistry, Gauge
+
+from exporters.basicauth import BasicAuth
+from exporters.web import MetricsServer, serve
+from exporters.webconfig import WebConfigError, load_web_config
+from tests.test_collector_scrape import REPO, free_port
+
+PASSWORD = "correct horse battery staple"
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A test CA, a server certificate for 127.0.0.1/localhost and client certificates."""
+
+    dir: Path
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path  # signed by `ca`, SAN DNS:collector.test
+    client_key: Path
+    stranger_cert: Path  # a client certificate from another CA
+    stranger_key: Path
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write(path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+    path.with_suffix(".pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    path.with_suffix(".key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def _cert(
+    name: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
+    sans: list[x509.GeneralName] = (),  # type: ignore[assignment]
+) -> x509.Certificate:
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    issuer_name, signer = issuer or (subject, key)
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def make_pki(base: Path) -> Pki:
+    """Write a CA, server and client certificates (EC P-256, valid for a day) under `base`."""
+    base.mkdir(parents=True, exist_ok=True)
+    ca_key, other_key = _key(), _key()
+    ca = _cert("sing test CA", ca_key, None)
+    other = _cert("another CA", other_key, None)
+    _write(base / "ca", ca, ca_key)
+    local = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    for name, issuer, sans in [
+        ("server", (ca.subject, ca_key), local),
+        ("client", (ca.subject, ca_key), [x509.DNSName("collector.test")]),
+        ("stranger", (other.subject, other_key), [x509.DNSName("collector.test")]),
+    ]:
+        key = _key()
+        _write(base / name, _cert(name, key, issuer, sans), key)
+    return Pki(
+        base, base / "ca.pem", base / "server.pem", base / "server.key",
+        base / "client.pem", base / "client.key", base / "stranger.pem", base / "stranger.key",
+    )  # fmt: skip
+
+
+def bcrypt_hash(password: str, cost: int = 4) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
+
+
+def write_web_config(path: Path, config: dict) -> Path:
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def tls_auth_config(pki: Pki, **tls: object) -> dict:
+    """TLS with the test server certificate, and user `prometheus` with PASSWORD."""
+    return {
+        "tls_server_config": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            **tls,
+        },
+        "basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD)},
+    }
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def client_context(pki: Pki, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=pki.ca)
+    if cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def get(url: str, context: ssl.SSLContext | None = None, auth: str | None = None):
+    """(status, headers, body) of a GET; HTTP errors are answers, not exceptions."""
+    request = urllib.request.Request(url, headers={"Authorization": auth} if auth else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read().decode()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator:
+    """Start servers of a registry holding `known_value 42` under a web config dict."""
+    servers: list[MetricsServer] = []
+    registry = CollectorRegistry()
+    Gauge("known_value", "A value the test checks.", registry=registry).set(42)
+
+    def start(config: dict) -> int:
+        port = free_port()
+        web = load_web_config(write_web_config(tmp_path / f"web-{port}.yml", config))
+        servers.append(serve(registry, "127.0.0.1", port, web))
+        return port
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"tls_server_config": {}, "basic_auth_user": {}}, "unknown key 'basic_auth_user'"),
+        ({"tls_server_config": {"certfile": "x"}}, "unknown key 'certfile'"),
+        ({"http_server_config": {"headers": {"X-Powered-By": "sing"}}}, "can not be configured"),
+        ({"http_server_config": {"headers": {"X-Frame-Options": "allow"}}}, "deny, sameorigin"),
+        ({"basic_auth_users": {"alice": "secret"}}, "not a bcrypt hash"),
+        ({"basic_auth_users": {"alice": "$2y$10$tooshort"}}, "not a bcrypt hash"),
+        ({"basic_auth_users": ["alice"]}, "expected a mapping"),
+        ({"rate_limit": {"interval": "1s", "burst": 20}}, "rate_limit is not supported"),
+        ({"tls_server_config": {"cert_file": "server.pem"}}, "both cert_file and key_file"),
+        ({"tls_server_config": {"cert_file": "nope.pem", "key_file": "nope.key"}}, "nope.pem"),
+        ({"tls_server_config": {"cert_file": 5, "key_file": "k"}}, "cert_file must be a str"),
+    ],
+)
+def test_bad_web_configs_are_refused_with_the_reason(
+    tmp_path: Path, config: dict, message: str
+) -> None:
+    with pytest.raises(WebConfigError, match=message):
+        load_web_config(write_web_config(tmp_path / "web.yml", config))
+
+
+@pytest.mark.parametrize(
+    ("tls", "message"),
+    [
+        ({"client_auth_type": "RequireAnyClientCert"}, "accepts unverified certificates"),
+        ({"client_auth_type": "RequireAndVerifyClientCert"}, "needs client_ca_file"),
+        ({"client_auth_type": "Sometimes"}, "not one of"),
+        ({"client_ca_file": "ca.pem"}, "client_auth_type is NoClientCert"),
+        ({"min_version": "TLS14"}, "min_version 'TLS14'"),
+        ({"cipher_suites": ["TLS_AES_128_GCM_SHA256"]}, "cipher_suites is not supported"),
+        ({"client_allowed_sans": ["a"]}, "client_allowed_sans needs RequireAndVerifyClientCert"),
+        ({"cert": "-----BEGIN CERTIFICATE-----"}, "inline cert is not supported"),
+    ],
+)
+def test_tls_settings_that_cannot_be_enforced_are_refused(
+    tmp_path: Path, pki: Pki, tls: dict, message: str
+) -> None:
+    config = tls_auth_config(pki, **tls)
+    with pytest.raises(WebConfigError, match=message):
+        load_web_config(write_web_config(tmp_path / "web.yml", config))
+
+
+def test_missing_and_malformed_files_are_refused(tmp_path: Path, pki: Pki) -> None:
+    with pytest.raises(WebConfigError, match="cannot read it"):
+        load_web_config(tmp_path / "absent.yml")
+    (tmp_path / "bad.yml").write_text("tls_server_config: [unclosed\n")
+    with pytest.raises(WebConfigError, match="not valid YAML"):
+        load_web_config(tmp_path / "bad.yml")
+    config = tls_auth_config(pki)
+    config["tls_server_config"]["key_file"] = str(pki.client_key)  # not the cert's key
+    with pytest.raises(WebConfigError, match="cannot load cert_file"):
+        load_web_config(write_web_config(tmp_path / "web.yml", config))
+
+
+def test_relative_paths_are_relative_to_the_web_config_file(pki: Pki) -> None:
+    config = {"tls_server_config": {"cert_file": "server.pem", "key_file": "server.key"}}
+    web = load_web_config(write_web_config(pki.dir / "web.yml", config))
+    assert web.tls is not None and web.describe().startswith("TLS")
+
+
+# --- serving ---------------------------------------------------------------------------------
+
+
+def test_basic_auth_refuses_wrong_and_missing_passwords(served) -> None:
+    port = served({"basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD)},
+                   "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}}})  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+    status, headers, _ = get(url)
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert get(url, auth=basic("prometheus", "wrong"))[0] == 401
+    assert get(url, auth=basic("nobody", PASSWORD))[0] == 401
+    assert get(url, auth="Basic !!!notbase64")[0] == 401
+    status, headers, body = get(url, auth=basic("prometheus", PASSWORD))
+    assert status == 200 and "known_value 42.0" in body
+    assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_bcrypt_runs_once_per_credentials_and_floods_do_not_evict_them() -> None:
+    auth = BasicAuth({"prometheus": bcrypt_hash(PASSWORD).encode()}, cache_size=4)
+    good = basic("prometheus", PASSWORD)
+    assert all(auth.allows(good) for _ in range(20))
+    assert auth.bcrypt_runs == 1
+    for i in range(10):  # more wrong passwords than the cache holds
+        assert not auth.allows(basic("prometheus", f"guess{i}"))
+    assert auth.allows(good) and auth.bcrypt_runs == 11
+    assert not auth.allows(basic("prometheus", "x" * 100))  # over bcrypt's 72 bytes: refused
+    assert not auth.allows(None) and not auth.allows("Bearer abc")
+
+
+def test_tls_is_required_when_configured(served, pki: Pki) -> None:
+    port = served(tls_auth_config(pki))
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        get(f"http://127.0.0.1:{port}/metrics", auth=basic("prometheus", PASSWORD))
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        get(f"https://127.0.0.1:{port}/metrics", context=ssl.create_default_context())
+    https = f"https://127.0.0.1:{port}/metrics"
+    assert get(https, client_context(pki))[0] == 401
+    status, _, body = get(https, client_context(pki), basic("prometheus", PASSWORD))
+    assert status == 200 and "known_value 42.0" in body
+
+
+def test_a_client_certificate_is_required_when_client_auth_type_says_so(served, pki: Pki) -> None:
+    port = served(
+        tls_auth_config(
+            pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki.ca)
+        )
+    )
+    url, auth = f"https://127.0.0.1:{port}/metrics", basic("prometheus", PASSWORD)
+    for context in (client_context(pki), client_context(pki, pki.stranger_cert, pki.stranger_key)):
+        with pytest.raises((urllib.error.URLError, ConnectionError, ssl.SSLError)):
+            get(url, context, auth)
+    status, _, body = get(url, client_context(pki, pki.client_cert, pki.client_key), auth)
+    assert status == 200 and "known_value 42.0" in body
+
+
+def test_client_allowed_sans_refuse_other_certificates(served, pki: Pki) -> None:
+    tls = {"client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.ca)}
+    allowed = served(tls_auth_config(pki, **tls, client_allowed_sans=["collector.test"]))
+    other = served(tls_auth_config(pki, **tls, client_allowed_sans=["prometheus.test"]))
+    context = client_context(pki, pki.client_cert, pki.client_key)
+    auth = basic("prometheus", PASSWORD)
+    assert get(f"https://127.0.0.1:{allowed}/metrics", context, auth)[0] == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        get(f"https://127.0.0.1:{other}/metrics", context, auth)
+
+
+def test_a_client_stuck_in_its_handshake_does_not_block_scrapes(served, pki: Pki) -> None:
+    port = served(tls_auth_config(pki))
+    with socket.create_connection(("127.0.0.1", port)):  # connects, never says hello
+        started = time.monotonic()
+        status, _, _ = get(
+            f"https://127.0.0.1:{port}/metrics", client_context(pki), basic("prometheus", PASSWORD)
+        )
+        assert status == 200 and time.monotonic() - started < 2
+
+
+def test_the_exporter_refuses_to_start_on_a_bad_web_config(tmp_path: Path) -> None:
+    web = write_web_config(tmp_path / "web.yml", {"basic_auth_users": {"alice": "plaintext"}})
+    port = free_port()
+    result = subprocess.run(
+        [sys.executable, "-m", "exporters", "--fake", "--duration", "5",
+         "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", str(web)],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "not a bcrypt hash" in result.stderr and "'alice'" in result.stderr
