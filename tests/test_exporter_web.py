@@ -243,8 +243,13 @@ def test_relative_paths_are_relative_to_the_web_config_file(pki: Pki) -> None:
 
 
 def test_basic_auth_refuses_wrong_and_missing_passwords(served) -> None:
-    port = served({"basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD)},
-                   "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}}})  # fmt: skip
+    headers = {"X-Content-Type-Options": "nosniff"}
+    port = served(
+        {
+            "basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD)},
+            "http_server_config": {"headers": headers},
+        }
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     status, headers, _ = get(url)
     assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
