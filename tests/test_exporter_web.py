@@ -29,8 +29,9 @@ from prometheus_client import CollectorRegistry, Gauge
 from exporters.basicauth import BasicAuth
 from exporters.web import MetricsServer, serve
 from exporters.webconfig import WebConfigError, load_web_config
-from tests.test_collector_scrape import REPO, free_port
+from tests.test_exporter_http import free_port
 
+REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "correct horse battery staple"
 
 
