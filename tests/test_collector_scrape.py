@@ -25,7 +25,8 @@ from collector.client import ScrapeClient
 from collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
-from tests.test_exporter_web import PASSWORD, Pki, bcrypt_hash, make_pki, write_web_config
+from tests.pki import Pki, make_pki
+from tests.test_exporter_web import PASSWORD, bcrypt_hash, write_web_config
 from warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
