@@ -89,18 +89,19 @@ def _settings(args: argparse.Namespace, config: Config) -> ExporterSettings:
     if settings.web_config_file:  # relative to the config file; on the command line, to the CWD
         web_file = str(config.resolve_path(settings.web_config_file))
         settings = dataclasses.replace(settings, web_config_file=web_file)
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ExporterSettings)
+        if getattr(args, f.name, None) is not None
+    }
     if args.web_listen_address:
         if args.port is not None or args.listen_address is not None:
             raise UserError("--web.listen-address replaces --port and --listen-address; give one")
         host, colon, port = args.web_listen_address.rpartition(":")
         if not colon or not port.isdigit():
             raise UserError(f"--web.listen-address {args.web_listen_address!r}: expected HOST:PORT")
-        args.listen_address, args.port = host.strip("[]") or "0.0.0.0", int(port)
-    given = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(ExporterSettings)
-        if getattr(args, f.name, None) is not None
-    }
+        # ":PORT" is every address, as in node_exporter; "[::1]:PORT" an IPv6 one
+        given.update(listen_address=host.strip("[]") or "0.0.0.0", port=int(port))
     return dataclasses.replace(settings, **given)
 
 

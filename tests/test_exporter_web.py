@@ -3,6 +3,7 @@ real sockets and real clients (urllib with `ssl`), with certificates made at tes
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import socket
@@ -20,8 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from exporters.basicauth import BasicAuth
+from exporters.cli import _settings, add_arguments
 from exporters.web import MetricsServer, serve
 from exporters.webconfig import WebConfigError, load_web_config
+from sing.config import Config
+from sing.errors import UserError
 from tests.pki import Pki, make_pki
 from tests.test_exporter_http import free_port
 
@@ -251,3 +255,36 @@ def test_the_exporter_refuses_to_start_on_a_bad_web_config(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.returncode == 1
     assert "not a bcrypt hash" in result.stderr and "'alice'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        (["--web.listen-address", ":9500"], ("0.0.0.0", 9500)),
+        (["--web.listen-address", "10.1.2.3:9500"], ("10.1.2.3", 9500)),
+        (["--web.listen-address", "[::1]:9500"], ("::1", 9500)),
+        ([], ("127.0.0.1", 9410)),  # the safe default: nothing leaves the node
+        (["--web.listen-address", "9500"], "expected HOST:PORT"),
+        (["--web.listen-address", ":9500", "--port", "1"], "give one"),
+    ],
+)
+def test_listen_address_options(argv: list[str], where: tuple | str) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if isinstance(where, str):
+        with pytest.raises(UserError, match=where):
+            _settings(args, Config({}))
+    else:
+        settings = _settings(args, Config({}))
+        assert (settings.listen_address, settings.port) == where
+
+
+def test_web_config_file_in_the_site_config_is_relative_to_it(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = Config({"exporter": {"web_config_file": "web.yml"}}, tmp_path / "sing.toml")
+    settings = _settings(parser.parse_args([]), config)
+    assert settings.web_config_file == str(tmp_path / "web.yml")
+    settings = _settings(parser.parse_args(["--web.config.file", "other.yml"]), config)
+    assert settings.web_config_file == "other.yml"  # the command line's, relative to the CWD
