@@ -201,14 +201,16 @@ def _start_node(
 
 
 def _warn_if_open(address: str, web: WebConfig) -> None:
-    """The page names users and their jobs: say so when anyone on the network can read it."""
-    if web.tls or web.users:
-        return
+    """The page names users and their jobs: say so when the network can read it in clear."""
     try:
         loopback = ipaddress.ip_address(address).is_loopback
     except ValueError:  # a host name
         loopback = address == "localhost"
-    if not loopback:
+    if loopback or web.tls:
+        return
+    if web.users:
+        log.warning("basic auth without TLS on %s: passwords cross the network in clear", address)
+    else:
         log.warning(
             "serving user names and job ids on %s with neither TLS nor authentication; "
             "see --web.config.file (docs/exporter.md)",

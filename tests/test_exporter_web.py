@@ -288,3 +288,21 @@ def test_web_config_file_in_the_site_config_is_relative_to_it(tmp_path: Path) ->
     assert settings.web_config_file == str(tmp_path / "web.yml")
     settings = _settings(parser.parse_args(["--web.config.file", "other.yml"]), config)
     assert settings.web_config_file == "other.yml"  # the command line's, relative to the CWD
+
+
+def test_serving_the_network_in_clear_is_warned_about(tmp_path: Path) -> None:
+    def stderr(address: str, *extra: str) -> str:
+        argv = [sys.executable, "-m", "exporters", "--fake", "--duration", "1",
+                "--web.listen-address", f"{address}:{free_port()}", *extra]  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    auth_only = write_web_config(
+        tmp_path / "web.yml", {"basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD)}}
+    )
+    assert "with neither TLS nor authentication" in stderr("0.0.0.0")
+    assert "passwords cross the network in clear" in stderr(
+        "0.0.0.0", "--web.config.file", str(auth_only)
+    )
+    assert "WARNING" not in stderr("127.0.0.1")
