@@ -37,7 +37,7 @@ class _QuietHandler(WSGIRequestHandler):
 
     timeout = TIMEOUT_S
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
