@@ -4,6 +4,10 @@ Scrape cost: an 8-GPU (18 NVLinks each), 4-port node on the fake NVML, with the 
 sysfs/procfs readers on a static fake tree, against a bare CollectorRegistry of plain Gauges
 holding the same series (the least any Python exporter built on prometheus_client can cost),
 best of alternating rounds. Target: under 2x.
+Transport: the same registry served over HTTP, over TLS, over TLS with basic auth, and with a
+client certificate required too; the server's CPU per scrape (this process; the scraping
+client runs in a child process, a new connection per scrape as Prometheus' short-lived
+exporters see it). No target: the TLS handshake is the price of not publishing who runs what.
 Memory: resident set of a real `python -m exporters --fake` and `sing exporter --fake` process
 after some scrapes. Target: under 60 MB (dcgm-exporter users report 70-150 MB).
 
@@ -12,7 +16,10 @@ Run: .venv/bin/python bench/bench_exporter.py
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -20,15 +27,23 @@ import time
 import urllib.request
 from pathlib import Path
 
+import bcrypt
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from exporters.basicauth import BasicAuth  # noqa: E402
 from exporters.fake_nvml import FakeNvml, load_description  # noqa: E402
 from exporters.fake_world import FakeWorld  # noqa: E402
 from exporters.node import NodeCollector, node_registry  # noqa: E402
+from exporters.web import serve  # noqa: E402
+from exporters.webconfig import load_web_config  # noqa: E402
+from tests.pki import Pki, make_pki  # noqa: E402
+
+HTTP_SCRAPES = 200
+PASSWORD = "bench password"
 
 SCRAPES = 300
 ROUNDS = 5  # alternating rounds, best of each kept: the dev box is shared and noisy
@@ -95,6 +110,64 @@ def rss_mb(command: list[str]) -> float:
         proc.wait(timeout=10)
 
 
+def web_configs(pki: Pki) -> dict[str, dict]:
+    """The transports compared, as web config files would give them."""
+    tls = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
+    users = {"prometheus": bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()}
+    mtls = {**tls, "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.ca)}
+    return {
+        "plain HTTP": {},
+        "TLS": {"tls_server_config": tls},
+        "TLS + basic auth": {"tls_server_config": tls, "basic_auth_users": users},
+        "TLS + client cert + auth": {"tls_server_config": mtls, "basic_auth_users": users},
+    }
+
+
+def served_cpu(registry: CollectorRegistry, pki: Pki, name: str, config: dict) -> float:
+    """This process's CPU seconds per scrape while a child process scrapes it."""
+    web_file = pki.dir / "web.yml"
+    web_file.write_text(json.dumps(config))
+    port = free_port()
+    server = serve(registry, "127.0.0.1", port, load_web_config(web_file))
+    scheme = "https" if config.get("tls_server_config") else "http"
+    client = [sys.executable, __file__, "--client", f"{scheme}://127.0.0.1:{port}/metrics",
+              str(pki.dir), "1" if "client_auth_type" in str(config) else "0"]  # fmt: skip
+    try:
+        subprocess.run([*client, "20"], check=True)  # warm up (and the first, uncached bcrypt)
+        cpu = time.process_time()
+        subprocess.run([*client, str(HTTP_SCRAPES)], check=True)
+        return (time.process_time() - cpu) / HTTP_SCRAPES
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def client(url: str, pki_dir: str, with_cert: str, scrapes: str) -> None:
+    """The scraping side: a new connection per scrape, checking each answer is the page."""
+    base = Path(pki_dir)
+    context = ssl.create_default_context(cafile=base / "ca.pem")
+    if with_cert == "1":
+        context.load_cert_chain(base / "client.pem", base / "client.key")
+    auth = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": auth})
+    for _ in range(int(scrapes)):
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            assert b"sing_gpu_info" in response.read()
+
+
+def auth_check_us() -> tuple[float, float]:
+    """CPU microseconds of the first (bcrypt, cost 10) and of a cached credentials check."""
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10))})
+    header = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+    started = time.process_time()
+    auth.allows(header)
+    first = time.process_time() - started
+    started = time.process_time()
+    for _ in range(10_000):
+        auth.allows(header)
+    return first * 1e6, (time.process_time() - started) / 10_000 * 1e6
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ours = exporter_registry(Path(tmp))
@@ -104,11 +177,24 @@ def main() -> None:
         rounds = [(per_scrape(ours), per_scrape(bare)) for _ in range(ROUNDS)]
         ours_cpu, ours_wall = (min(r[0][i] for r in rounds) for i in (0, 1))
         bare_cpu, bare_wall = (min(r[1][i] for r in rounds) for i in (0, 1))
+        pki = make_pki(Path(tmp) / "pki")
+        transports = {
+            name: min(served_cpu(ours, pki, name, config) for _ in range(3))
+            for name, config in web_configs(pki).items()
+        }
     print(f"node: 8 GPUs (fake NVML), 4 RDMA ports (sysfs tree), {series} series")
     print(f"{'':24}{'CPU ms/scrape':>15}{'wall ms/scrape':>16}")
     print(f"{'sing exporter':24}{ours_cpu * 1e3:>15.3f}{ours_wall * 1e3:>16.3f}")
     print(f"{'bare prometheus_client':24}{bare_cpu * 1e3:>15.3f}{bare_wall * 1e3:>16.3f}")
     print(f"{'ratio (target < 2)':24}{ours_cpu / bare_cpu:>15.2f}{ours_wall / bare_wall:>16.2f}")
+    plain = transports["plain HTTP"]
+    print(f"\nserved, new connection per scrape ({HTTP_SCRAPES} scrapes, best of 3)")
+    print(f"{'transport':26}{'server CPU ms/scrape':>22}{'vs plain HTTP':>15}")
+    for name, cpu in transports.items():
+        print(f"{name:26}{cpu * 1e3:>22.3f}{cpu / plain:>14.2f}x")
+    first, cached = auth_check_us()
+    print(f"basic auth check: {first / 1e3:.0f} ms CPU the first time (bcrypt, cost 10), "
+          f"{cached:.1f} us cached")  # fmt: skip
     python = [sys.executable, "-m"]
     for name, cmd in [
         ("python -m exporters --fake", [*python, "exporters", "--fake"]),
@@ -118,4 +204,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--client"]:
+        client(*sys.argv[2:])
+    else:
+        main()

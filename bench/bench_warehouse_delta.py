@@ -3,13 +3,17 @@
 Pass a checkout of the commit before the change (`git worktree add /tmp/wt-base ca43e4b`); every
 measurement runs in its own child process with that checkout or this one first on the path:
 
-- appends: 128-row batches (one scrape of 16 nodes x 8 GPUs) 15 s of data apart, with the
-  collector's maintenance (`compact()`) after every 20 (its 300 s interval); p50/p99/max of the
-  appends alone, and the mean maintenance time;
+- appends: into a table that already holds a year of closed days (one file each), 128-row
+  batches (one scrape of 16 nodes x 8 GPUs) 15 s of data apart, with the collector's
+  `checkpoint_due()` after each and maintenance (`compact()`) after every 20 (its 300 s
+  interval); p50/p99/max of the appends alone, and the mean maintenance time; with `--load`,
+  the same while one process per core spins and another writes and fsyncs 32 MB files in a
+  loop (a busy head node);
 - bulk: one append of ROWS gpu_samples rows (one day);
-- log: simulated days of commits (COMMITS a day, maintenance every 20, then every log file made
-  a day older), the log's file count after each day. Its bytes grow here with the remove
-  tombstones in the checkpoint, kept 1 h by the real clock, which aging files cannot advance;
+- log: a simulated year of commits (COMMITS a day, `checkpoint_due()` after each, maintenance
+  every 20), each day stamped as that many days ago; the log's files and bytes over the year.
+  It understates the log by the tombstones of the last real hour (12 compactions of at most 16
+  files);
 - history: a synthetic warehouse of DAYS days (`warehouse.synthetic`, 2 nodes x 8 GPUs),
   compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
   over all of it, medians of 5 warm runs.
@@ -47,6 +51,10 @@ def phase_appends(batches: int) -> dict:
     appends, maintenance = [], []
     with tempfile.TemporaryDirectory() as tmp:
         wh = Warehouse(tmp)
+        year = [start - timedelta(days=d) for d in range(365, 0, -1)]
+        old = {"ts": pa.array(year, pa.timestamp("us", tz="UTC")), "node": ["n00"] * len(year)}
+        wh.append("gpu_samples", pa.table(old))
+        wh.compact(now=start, settle_s=0)
         for k in range(batches):
             ts = start + timedelta(seconds=15 * k)
             batch = pa.table(
@@ -61,6 +69,8 @@ def phase_appends(batches: int) -> dict:
             t0 = time.perf_counter()
             wh.append("gpu_samples", batch)
             appends.append(time.perf_counter() - t0)
+            if hasattr(wh, "checkpoint_due"):  # as the collector does after each round
+                wh.checkpoint_due()
             if k % 20 == 19:
                 t0 = time.perf_counter()
                 wh.compact(now=ts, settle_s=0)
@@ -72,6 +82,20 @@ def phase_appends(batches: int) -> dict:
         "max_ms": float(ms.max()),
         "maintenance_ms": statistics.mean(maintenance) * 1000,
     }
+
+
+def busy_machine() -> list[subprocess.Popen]:
+    """One spinning process per core and one that writes and fsyncs 32 MB files in a loop."""
+    spin = "while True: pass"
+    write = (
+        "import os, tempfile\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    while True:\n"
+        "        with open(os.path.join(d, 'f'), 'wb') as f:\n"
+        "            f.write(os.urandom(32 << 20)); f.flush(); os.fsync(f.fileno())\n"
+    )
+    programs = [spin] * (os.cpu_count() or 1) + [write]
+    return [subprocess.Popen([sys.executable, "-c", p]) for p in programs]
 
 
 def phase_bulk(rows: int) -> dict:
@@ -104,28 +128,42 @@ def phase_bulk(rows: int) -> dict:
 
 
 def phase_log(days: int, commits: int) -> dict:
+    """A simulated year of one table's log. Each simulated day is stamped that many days before
+    today (log entries by their mtime, removals by `delta.now_ms`), so the day's clean-up rules
+    (log entries a day, removed files' tombstones an hour) see their real ages."""
     import pyarrow as pa
 
-    from warehouse import maintenance
+    from warehouse import delta, maintenance
     from warehouse.store import Warehouse
 
-    sizes = []
+    samples: dict[int, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         wh = Warehouse(tmp)
         log_dir = wh.table_dir("gpu_samples") / "_delta_log"
+        now = time.time()
         for day in range(days):
+            age_s = (days - day) * 86_400
+            delta.now_ms = lambda age_s=age_s: int((time.time() - age_s) * 1000)
             for k in range(commits):
-                ts = END + timedelta(days=day, seconds=15 * k)
+                ts = END + timedelta(days=day, seconds=86_400 * k // commits)
                 wh.append("gpu_samples", pa.table({"ts": [ts], "node": ["n1"]}))
+                wh.checkpoint_due()
                 if k % 20 == 19:
                     maintenance.compact(wh, ts)
-            for entry in log_dir.iterdir():  # a day passes for the log's clean-up rule
-                stat = entry.stat()
-                os.utime(entry, (stat.st_atime - 86_400, stat.st_mtime - 86_400))
-            sizes.append(
-                (len(list(log_dir.iterdir())), sum(p.stat().st_size for p in log_dir.iterdir()))
-            )
-    return {"files_per_day": [n for n, _ in sizes], "bytes_per_day": [b for _, b in sizes]}
+            maintenance.compact(wh, END + timedelta(days=day + 1))
+            for entry in log_dir.iterdir():
+                if entry.stat().st_mtime > now - age_s:
+                    os.utime(entry, (now - age_s, now - age_s))
+            entries = list(log_dir.iterdir())
+            samples[day + 1] = (len(entries), sum(p.stat().st_size for p in entries))
+        live = len(wh.live_files("gpu_samples"))
+    marks = [d for d in (1, 7, 30, 90, 180, 365, days) if d <= days]
+    return {
+        "days": marks,
+        "files": [samples[d][0] for d in marks],
+        "bytes": [samples[d][1] for d in marks],
+        "live_data_files": live,
+    }
 
 
 def phase_history(days: int, label: str) -> dict:
@@ -178,10 +216,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, help="a checkout of the commit before the change")
     parser.add_argument("--batches", type=int, default=400)
+    parser.add_argument("--load", action="store_true", help="appends on a busy machine too")
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--days", type=int, nargs="*", default=[90, 365])
-    parser.add_argument("--log-days", type=int, default=20)
-    parser.add_argument("--commits", type=int, default=100, help="commits per simulated day")
+    parser.add_argument("--log-days", type=int, default=365)
+    parser.add_argument("--commits", type=int, default=40, help="commits per simulated day")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -206,19 +245,30 @@ def main() -> None:
     results: dict[str, dict] = {label: {} for label in checkouts}
     for label, checkout in checkouts.items():
         results[label]["appends"] = run(checkout, "appends", args.batches)
+        if args.load:
+            load = busy_machine()
+            try:
+                results[label]["appends loaded"] = run(checkout, "appends", args.batches)
+            finally:
+                for process in load:
+                    process.kill()
         results[label]["bulk"] = run(checkout, "bulk", args.rows)
         for days in args.days:
             results[label][f"{days} days"] = run(checkout, "history", days, label)
     print(f"appends: {args.batches} x 128 rows, compact() every 20; bulk: {args.rows:,} rows")
-    for key in ("p50_ms", "p99_ms", "max_ms", "maintenance_ms"):
-        row("appends", key, "ms")
+    for name in ("appends", "appends loaded") if args.load else ("appends",):
+        for key in ("p50_ms", "p99_ms", "max_ms", "maintenance_ms"):
+            row(name, key, "ms")
     row("bulk", "rows_per_s", "k/s", 1e-3)
     for days in args.days:
         for key in ("open_s", "jobs_report_s", "cluster_day_s"):
             row(f"{days} days", key, "ms", 1e3)
     log = run(NEW, "log", args.log_days, args.commits)
-    print(f"delta log of one table, {args.commits} commits a simulated day: files, kB per day")
-    print("  " + " ".join(f"{n}/{b // 1000}" for n, b in zip(*log.values(), strict=True)))
+    print(f"delta log of gpu_samples, {args.commits} commits a simulated day")
+    print("  day        " + "".join(f"{d:>9}" for d in log["days"]))
+    print("  log files  " + "".join(f"{n:>9}" for n in log["files"]))
+    print("  log kB     " + "".join(f"{b / 1000:>9.0f}" for b in log["bytes"]))
+    print(f"  live data files at the end: {log['live_data_files']}")
     print(json.dumps(results | {"log": log}))
 
 

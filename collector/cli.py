@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from collector import inventory
+from collector.client import ScrapeClient
 from collector.jobsync import load_job_sync
 from collector.plugins import load_source
 from collector.pull import PrometheusPull
@@ -53,15 +54,23 @@ def settings_from(args: argparse.Namespace, config: Config) -> CollectorSettings
 
 
 def target_source(settings: CollectorSettings, config: Config) -> Callable[[], list[Target]]:
-    """A callable giving the current targets, from the first configured source."""
+    """A callable giving the current targets, from the first configured source, each with
+    the [collector]'s TLS and basic auth settings."""
+    client = ScrapeClient.from_settings(settings, config)
+    source = _addresses(settings, config)
+    return lambda: [dataclasses.replace(t, client=client) for t in source()]
+
+
+def _addresses(settings: CollectorSettings, config: Config) -> Callable[[], list[Target]]:
+    scheme = settings.scheme
     if settings.file_sd:
-        file_sd = FileSD(config.resolve_path(settings.file_sd))
+        file_sd = FileSD(config.resolve_path(settings.file_sd), scheme)
         return file_sd.targets
     if settings.slurm_targets:
-        return lambda: slurm_targets(settings.exporter_port)
+        return lambda: slurm_targets(settings.exporter_port, scheme=scheme)
     if not settings.targets:
         raise UserError("[collector] lists no targets: set file_sd, slurm_targets or targets")
-    fixed: list[Target] = [target_from(t) for t in settings.targets]
+    fixed: list[Target] = [target_from(t, scheme=scheme) for t in settings.targets]
     return lambda: fixed
 
 

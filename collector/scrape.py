@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from collector.client import PLAIN, ScrapeClient
 from collector.convert import WANTED, NodeReading, read_node
 from collector.promtext import ParseError, parse
 from collector.targets import Target
@@ -36,7 +37,7 @@ class PayloadError(Exception):
 def scrape(target: Target, timeout_s: float, max_bytes: int) -> Scrape:
     start = time.monotonic()
     try:
-        text = fetch(target.url, timeout_s, max_bytes)
+        text = fetch(target.url, timeout_s, max_bytes, target.client)
         samples = parse(text, WANTED)
         reading = read_node(samples)
     except (OSError, http.client.HTTPException, PayloadError, ParseError) as err:
@@ -44,18 +45,25 @@ def scrape(target: Target, timeout_s: float, max_bytes: int) -> Scrape:
     return Scrape(target, time.monotonic() - start, reading, len(samples))
 
 
-def fetch(url: str, timeout_s: float, max_bytes: int) -> str:
+def fetch(url: str, timeout_s: float, max_bytes: int, client: ScrapeClient = PLAIN) -> str:
     """GET `url`; the whole exchange must finish within `timeout_s` and `max_bytes`."""
     deadline = time.monotonic() + timeout_s
     parts = urlsplit(url)
-    if parts.scheme != "http":
-        raise PayloadError(f"unsupported scheme {parts.scheme!r} (only http)")
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    conn: http.client.HTTPConnection
+    if parts.scheme == "http":
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    elif parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            parts.hostname, parts.port or 443, timeout=timeout_s, context=client.context()
+        )
+    else:
+        raise PayloadError(f"unsupported scheme {parts.scheme!r} (http or https)")
+    headers = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
+    if client.authorization:
+        headers["Authorization"] = client.authorization
     try:
         conn.request(
-            "GET",
-            (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-            headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
+            "GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers
         )
         sock = conn.sock  # the response closes conn.sock early; the deadline needs the socket
         response = conn.getresponse()

@@ -109,6 +109,7 @@ class Collector:
         up = sum(result.error is None for result in scrapes)
         batches = rows.tables()
         self.writer.write(batches)
+        self.warehouse.checkpoint_due()  # keeps each commit's cost flat between compactions
         written = sum(b.num_rows for b in batches.values())
         return self.finish_round(written, len(targets), up, started)
 

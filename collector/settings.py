@@ -24,6 +24,14 @@ class CollectorSettings:
     exporter_port: int = 9410
     # host:port or full URLs; the node name is the host part.
     targets: tuple[str, ...] = ("127.0.0.1:9410",)
+    # How targets given as host:port are reached (file_sd's `__scheme__` label wins).
+    scheme: str = "http"
+    # Exporters behind --web.config.file (collector/client.py); paths relative to the config.
+    tls_ca_file: str = ""  # CA that signed the exporters' certificates; "" = system store
+    tls_cert_file: str = ""  # client certificate, for exporters that require one
+    tls_key_file: str = ""
+    basic_auth_username: str = ""
+    basic_auth_password_file: str = ""  # the password (one line); never the password itself
     # Pull mode: read the series from this Prometheus server instead of scraping.
     prometheus_url: str = ""
     # Pull mode: on start, read back at most this far (or from the newest stored sample).

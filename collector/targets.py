@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from collector.client import PLAIN, ScrapeClient
 from sing.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -28,16 +29,17 @@ class Target:
     url: str
     node: str
     cluster: str = ""  # "" = the site's cluster ([site] cluster)
+    client: ScrapeClient = field(default=PLAIN, compare=False, repr=False)
 
 
-def target_from(address: str, labels: dict[str, Any] | None = None) -> Target:
+def target_from(address: str, labels: dict[str, Any] | None = None, scheme: str = "http") -> Target:
     """A target from `host:port` (or a full URL) and optional file_sd labels."""
     labels = labels or {}
     if "://" in address:
         url = address
         host = address.split("://", 1)[1].split("/", 1)[0]
     else:
-        scheme = labels.get("__scheme__", "http")
+        scheme = labels.get("__scheme__", scheme)
         path = labels.get("__metrics_path__", "/metrics")
         url = f"{scheme}://{address}{path}"
         host = address
@@ -48,8 +50,9 @@ def target_from(address: str, labels: dict[str, Any] | None = None) -> Target:
 class FileSD:
     """Targets from a file_sd file, re-read when its modification time or size changes."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, scheme: str = "http") -> None:
         self.path = Path(path)
+        self.scheme = scheme  # for groups without a `__scheme__` label
         self._stamp: tuple[int, int] | None = None
         self._targets: list[Target] = []
         self.targets()  # a broken file at start-up is the user's error, raised now
@@ -67,7 +70,7 @@ class FileSD:
         stamp = (stat.st_mtime_ns, stat.st_size)
         if stamp != self._stamp:
             try:
-                self._targets = parse_file_sd(self.path)
+                self._targets = parse_file_sd(self.path, self.scheme)
                 log.info("%s: %d targets", self.path, len(self._targets))
             except UserError as err:
                 if self._stamp is None:
@@ -77,7 +80,7 @@ class FileSD:
         return self._targets
 
 
-def parse_file_sd(path: Path) -> list[Target]:
+def parse_file_sd(path: Path, scheme: str = "http") -> list[Target]:
     """Parse a file_sd JSON/YAML file (YAML is a superset of JSON) into targets."""
     try:
         groups = yaml.safe_load(path.read_text()) or []
@@ -92,11 +95,11 @@ def parse_file_sd(path: Path) -> list[Target]:
         labels = group.get("labels") or {}
         if not isinstance(labels, dict):
             raise UserError(f"file_sd file {path}: group {i}: 'labels' must be a mapping")
-        targets.extend(target_from(str(address), labels) for address in group["targets"])
+        targets.extend(target_from(str(a), labels, scheme) for a in group["targets"])
     return targets
 
 
-def slurm_targets(port: int, path: str = "/metrics") -> list[Target]:
+def slurm_targets(port: int, path: str = "/metrics", scheme: str = "http") -> list[Target]:
     """One target per node Slurm knows (`sinfo -N`), on the exporter's port."""
     try:
         out = subprocess.run(
@@ -109,4 +112,4 @@ def slurm_targets(port: int, path: str = "/metrics") -> list[Target]:
     except (OSError, subprocess.SubprocessError) as err:
         raise UserError(f"cannot list Slurm nodes with sinfo: {err}") from err
     nodes = sorted({line.strip() for line in out.splitlines() if line.strip()})
-    return [Target(f"http://{node}:{port}{path}", node) for node in nodes]
+    return [Target(f"{scheme}://{node}:{port}{path}", node) for node in nodes]

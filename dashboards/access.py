@@ -1,6 +1,6 @@
 """Who is looking, and what they may see.
 
-The app resolves the viewer once per script run, before any page renders (`dashboards.app`),
+The app resolves the viewer once per script run (`dashboards.identity`), before any page renders,
 and only registers the pages the viewer's role may open, so a page's URL is no way around the
 role. The one rule finer than a page is job ownership: a user sees the details of their own jobs
 only (others appear in aggregates, under neutral labels), `may_see_job` says so, and the data
@@ -12,11 +12,9 @@ aggregates, the anonymized trace export, the simulator).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from dashboards.settings import DashboardSettings, RoleSettings
+from dashboards.settings import RoleSettings
 
 ADMIN, USER, RESEARCHER = "admin", "user", "researcher"
 ROLES = (ADMIN, USER, RESEARCHER)
@@ -73,26 +71,6 @@ def role_of(name: str, roles: RoleSettings) -> str:
     if name in roles.researchers:
         return RESEARCHER
     return USER
-
-
-def identify(
-    settings: DashboardSettings,
-    roles: RoleSettings,
-    user_info: Mapping[str, Any],
-    header_value: str | None,
-) -> Viewer | None:
-    """The signed-in viewer from the configured source, or None when nobody is signed in.
-
-    `user_info` is what `st.user` holds (OIDC claims); `header_value` the trusted proxy's header.
-    Only the configured source counts: a header is ignored under OIDC and claims under "header".
-    """
-    if settings.auth == "header":
-        name = (header_value or "").strip()
-    elif user_info.get("is_logged_in"):
-        name = str(user_info.get(settings.user_claim) or "").split("@")[0].strip()
-    else:
-        name = ""
-    return Viewer(name, role_of(name, roles)) if name else None
 
 
 def holder_label(owner: str | None, viewer: Viewer) -> str:

@@ -1,8 +1,8 @@
 """The dashboard's entry script (`sing dashboard` runs it with `streamlit run`).
 
-Every script run starts here: identify the viewer, refuse anybody unknown, then register only the
-pages the viewer's role may open and run the chosen one. Pages never check identity themselves;
-they read the `Visit` this script stored.
+Every script run starts here: identify the viewer (`dashboards.identity`), refuse anybody who
+is not proved, then register only the pages the viewer's role may open and run the chosen one.
+Pages never check identity themselves; they read the `Visit` this script stored.
 
 Environment (set by `sing dashboard`): SING_CONFIG, SING_WAREHOUSE, SING_DASHBOARD_DEMO=1.
 """
@@ -16,9 +16,10 @@ import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
 from dashboards import access, data
+from dashboards.identity import PROXY_SECRET_HEADER, Refusal, identify, read_proxy_secret
 from dashboards.settings import DashboardSettings, RoleSettings
 from dashboards.widgets import VISIT_KEY, Visit
-from sing.config import Config
+from sing.config import Config, ConfigError
 
 HERE = Path(__file__).parent
 
@@ -39,9 +40,23 @@ roles = config.section("roles", RoleSettings)
 warehouse = str(config.warehouse_dir())
 demo = settings.demo or os.environ.get("SING_DASHBOARD_DEMO") == "1"
 
-viewer = access.identify(
-    settings, roles, st.user.to_dict(), st.context.headers.get(settings.user_header)
-)
+
+def sign_in() -> access.Viewer | Refusal | None:
+    """Who this run's request proves to be; the proxy's secret is read on every run, so a new
+    one counts without a restart."""
+    secret = None
+    if settings.auth == "header":
+        try:
+            secret = read_proxy_secret(config.resolve_path(settings.proxy_secret_file))
+        except ConfigError as err:  # `sing dashboard` checked it at start; it changed since
+            return Refusal(f"The dashboard cannot check the sign-in proxy: {err}")
+    headers = {
+        h: st.context.headers.get_all(h) for h in (settings.user_header, PROXY_SECRET_HEADER)
+    }
+    return identify(settings, roles, st.user.to_dict(), headers, secret)
+
+
+viewer = sign_in()
 st.session_state.pop(VISIT_KEY, None)
 
 if viewer is None and demo:
@@ -55,11 +70,8 @@ if viewer is None and demo:
 
 def sign_in_screen() -> None:
     st.title("sing")
-    if settings.auth == "header":
-        st.error(
-            f"No signed-in user: the sign-in proxy did not send the {settings.user_header} "
-            "header. Open the dashboard through the proxy."
-        )
+    if isinstance(viewer, Refusal):
+        st.error(f"Not signed in. {viewer.reason}")
     elif not sign_in_configured():
         st.error(
             "Sign-in is not configured: add an [auth] section to .streamlit/secrets.toml "
@@ -68,9 +80,11 @@ def sign_in_screen() -> None:
     else:
         st.info("Sign in to see the cluster.")
         st.button("Sign in", on_click=st.login, type="primary")
+    if st.user.get("is_logged_in"):
+        st.button("Sign out", on_click=st.logout)
 
 
-if viewer is None:
+if not isinstance(viewer, access.Viewer):
     # Calling st.navigation (with only this screen) also keeps Streamlit from serving the files
     # in dashboards/pages/ as pages of their own, which it does for apps that never call it.
     st.navigation([st.Page(sign_in_screen, title="Sign in")], position="hidden").run()

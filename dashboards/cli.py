@@ -12,8 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from dashboards.identity import read_proxy_secret
 from dashboards.settings import DashboardSettings
-from sing.config import Config
+from sing.config import Config, ConfigError
 
 APP = Path(__file__).with_name("app.py")
 
@@ -22,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dashboard",
         help="serve the web dashboards (Streamlit) over the warehouse",
-        description="Serve the dashboards. Identity comes from [dashboard] auth (OIDC sign-in or "
-        "a trusted proxy header); --demo lets visitors in without signing in, and says so.",
+        description="Serve the dashboards. Identity comes from [dashboard] auth (OIDC sign-in, or "
+        "a reverse proxy's header with the proxy's secret); --demo lets visitors in without "
+        "signing in, and says so.",
     )
     p.add_argument("--port", type=int, help="TCP port (default: [dashboard] port, 8501)")
     p.add_argument("--address", help="address to listen on (default: [dashboard] address)")
@@ -50,6 +52,10 @@ def streamlit_command(args: argparse.Namespace, settings: DashboardSettings) -> 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     settings = config.section("dashboard", DashboardSettings)
+    if settings.auth == "header":
+        if args.demo:
+            raise ConfigError('--demo needs [dashboard] auth = "oidc"; "header" has no demo')
+        read_proxy_secret(config.resolve_path(settings.proxy_secret_file))  # fail here, not later
     env = {**os.environ, "SING_WAREHOUSE": str(config.warehouse_dir(args.warehouse).resolve())}
     if config.path is not None:
         env["SING_CONFIG"] = str(config.path)

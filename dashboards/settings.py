@@ -20,12 +20,18 @@ class DashboardSettings:
     address: str = "127.0.0.1"
     port: int = 8501
     # "oidc": Streamlit's st.login against the [auth] provider in .streamlit/secrets.toml;
-    # "header": a trusted reverse proxy puts the signed-in user name in `user_header`
-    # (only safe when nothing but the proxy can reach the dashboard's port).
+    # "header": a reverse proxy signs people in, puts the user name in `user_header` and proves
+    # it is the proxy with the secret of `proxy_secret_file` (see dashboards/identity.py).
     auth: str = "oidc"
     user_header: str = "X-Remote-User"
-    # The OIDC claim naming the user; the part before "@" must equal the cluster user name.
+    # auth = "header": a file holding the secret the proxy sends in X-Sing-Proxy-Secret, owned
+    # by the dashboard's user, mode 600. Relative paths: from the config file's directory.
+    proxy_secret_file: str = ""
+    # auth = "oidc": the claim naming the user, e.g. "email" or "preferred_username". A value
+    # with "@" counts only under `allowed_domains` (the part before "@" is the user name); the
+    # email claim also needs email_verified.
     user_claim: str = "email"
+    allowed_domains: tuple[str, ...] = ()
     # Job traces the Simulator page offers besides the warehouse's own jobs (simple CSV or the
     # Philly jobs file; see docs/scheduler.md). Relative paths: from the config file's directory.
     trace_files: tuple[str, ...] = ("../shared/traces/philly/philly_pollux_jobs.csv",)
@@ -41,6 +47,13 @@ class DashboardSettings:
             raise ConfigError(
                 f"[dashboard] auth = {self.auth!r}; use one of {', '.join(AUTH_MODES)}"
             )
+        if self.auth == "header" and not self.proxy_secret_file:
+            raise ConfigError(
+                '[dashboard] auth = "header" needs proxy_secret_file: without the secret, '
+                "anybody who reaches the dashboard's port could name themselves in the header"
+            )
+        if self.auth == "header" and self.demo:
+            raise ConfigError('[dashboard] demo = true needs auth = "oidc"; "header" has no demo')
         if not 0 < self.port < 65536:
             raise ConfigError(f"[dashboard] port = {self.port} is not a TCP port")
 

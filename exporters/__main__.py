@@ -1,7 +1,7 @@
 """`python -m exporters`: the exporter alone, for GPU nodes that install only what it needs.
 
 It takes the same options as `sing exporter` but imports no other part of sing, so a node needs
-just prometheus-client, nvidia-ml-py and PyYAML (the systemd unit runs it this way).
+just prometheus-client, nvidia-ml-py, PyYAML and bcrypt (the systemd unit runs it this way).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import logging
 import signal
 import tempfile
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from prometheus_client import start_http_server
 
 from exporters.fake_nvml import FakeNvml, StateFile, load_description
 from exporters.fake_world import FakeWorld
 from exporters.node import NodeCollector, node_registry
 from exporters.recording import Recorder
 from exporters.settings import ExporterSettings
+from exporters.web import serve
+from exporters.webconfig import WebConfig, load_web_config
 from sing.config import Config
 from sing.errors import UserError
 
@@ -40,7 +42,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="port to serve on (default: [exporter] port, 9410)")
-    p.add_argument("--listen-address", help="address to bind (default: 0.0.0.0)")
+    p.add_argument("--listen-address", help="address to bind (default: 127.0.0.1)")
+    p.add_argument(
+        "--web.listen-address",
+        dest="web_listen_address",
+        metavar="[HOST]:PORT",
+        help="address and port in one, as node_exporter takes them (instead of the two above)",
+    )
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic auth, in Prometheus exporter-toolkit's web config format",
+    )
     p.add_argument("--sysfs-root", help="where sysfs is mounted (default: /sys)")
     p.add_argument("--proc-root", help="where procfs is mounted (default: /proc)")
     p.add_argument("--job-mapping-dir", help="GPU-to-job files from the Slurm prolog")
@@ -72,11 +86,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace, config: Config) -> ExporterSettings:
     settings = config.section("exporter", ExporterSettings)
+    if settings.web_config_file:  # relative to the config file; on the command line, to the CWD
+        web_file = str(config.resolve_path(settings.web_config_file))
+        settings = dataclasses.replace(settings, web_config_file=web_file)
     given = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(ExporterSettings)
         if getattr(args, f.name, None) is not None
     }
+    if args.web_listen_address:
+        if args.port is not None or args.listen_address is not None:
+            raise UserError("--web.listen-address replaces --port and --listen-address; give one")
+        host, colon, port = args.web_listen_address.rpartition(":")
+        if not colon or not port.isdigit():
+            raise UserError(f"--web.listen-address {args.web_listen_address!r}: expected HOST:PORT")
+        # ":PORT" is every address, as in node_exporter; "[::1]:PORT" an IPv6 one
+        given.update(listen_address=host.strip("[]") or "0.0.0.0", port=int(port))
     return dataclasses.replace(settings, **given)
 
 
@@ -96,6 +121,8 @@ def _nodes(args: argparse.Namespace, port: int) -> list[tuple[str | None, int]]:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     settings = _settings(args, config)
+    web = load_web_config(settings.web_config_file) if settings.web_config_file else WebConfig()
+    _warn_if_open(settings.listen_address, web)
     nodes = _nodes(args, settings.port)
     if args.record and len(nodes) > 1:
         raise UserError("--record writes one node's state; use it without several --node")
@@ -109,7 +136,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         servers: list[Any] = []
         try:
             collectors = [
-                _start_node(name, port, settings, args, description, state,
+                _start_node(name, port, settings, web, args, description, state,
                             fake_root, recorder, servers)
                 for name, port in nodes
             ]  # fmt: skip
@@ -134,6 +161,7 @@ def _start_node(
     name: str | None,
     port: int,
     settings: ExporterSettings,
+    web: WebConfig,
     args: argparse.Namespace,
     description: dict[str, Any] | None,
     state: StateFile | None,
@@ -160,15 +188,34 @@ def _start_node(
         on_reading=recorder.write if recorder else None,
     )
     try:
-        server, _ = start_http_server(port, settings.listen_address, node_registry(collector))
+        server = serve(node_registry(collector), settings.listen_address, port, web)
     except OSError as err:
         raise UserError(
-            f"cannot listen on {settings.listen_address}:{port}: {err.strerror}"
+            f"cannot listen on {settings.listen_address}:{port}: {err.strerror or err}"
         ) from err
     servers.append(server)
-    where = f"http://{settings.listen_address}:{port}/metrics"
-    log.info("serving %s on %s", name or "this node", where)
+    scheme = "https" if web.tls else "http"
+    where = f"{scheme}://{settings.listen_address}:{port}/metrics"
+    log.info("serving %s on %s (%s)", name or "this node", where, web.describe())
     return collector
+
+
+def _warn_if_open(address: str, web: WebConfig) -> None:
+    """The page names users and their jobs: say so when the network can read it in clear."""
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name
+        loopback = address == "localhost"
+    if loopback or web.tls:
+        return
+    if web.users:
+        log.warning("basic auth without TLS on %s: passwords cross the network in clear", address)
+    else:
+        log.warning(
+            "serving user names and job ids on %s with neither TLS nor authentication; "
+            "see --web.config.file (docs/exporter.md)",
+            address,
+        )
 
 
 def _sample_activity(collectors: list[NodeCollector], stop: threading.Event) -> None:

@@ -11,7 +11,10 @@ class ExporterSettings:
 
     # 9400 is dcgm-exporter's and 9100 node_exporter's; 9410 lets all three share a node.
     port: int = 9410
-    listen_address: str = "0.0.0.0"
+    # Loopback until a site says where: the page names users and their jobs (docs/exporter.md).
+    listen_address: str = "127.0.0.1"
+    # Prometheus exporter-toolkit web config (TLS, basic auth), relative to the config file.
+    web_config_file: str = ""
     sysfs_root: str = "/sys"
     proc_root: str = "/proc"
     # Written by exporters/deploy/slurm-prolog.sh (dcgm-exporter's --hpc-job-mapping-dir format).

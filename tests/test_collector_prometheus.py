@@ -7,23 +7,53 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
 from tests.debian import ensure_packages
-from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
+from tests.test_collector_scrape import (  # noqa: F401 - the fixtures `exporter`, `secure_exporter`
     REPO,
+    SecureExporter,
     exporter,
     free_port,
     http_get,
     running,
+    secure_exporter,
     sing,
     wait_for,
 )
 from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.prometheus
+
+
+@contextmanager
+def prometheus(tmp_path: Path, scrape_configs: list[dict]) -> Iterator[str]:
+    """A real Prometheus on loopback scraping every second; yields its URL once ready."""
+    ensure_packages("prometheus")
+    port = free_port()
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": scrape_configs}
+    (tmp_path / "prom.yml").write_text(json.dumps(config))  # JSON is YAML
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        shutil.which("prometheus") or "/usr/bin/prometheus",
+        f"--config.file={tmp_path / 'prom.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with running(argv, tmp_path / "prometheus.log"):
+        wait_for(lambda: "Ready" in http_get(f"{url}/-/ready"), what="prometheus ready")
+        yield url
+
+
+def query(url: str, promql: str) -> list[dict]:
+    return json.loads(http_get(f"{url}/api/v1/query?{urlencode({'query': promql})}"))["data"][
+        "result"
+    ]
 
 
 def prometheus_has_data(url: str) -> bool:
@@ -38,30 +68,14 @@ def test_pull_mode_reads_the_same_rows_from_prometheus(
     tmp_path: Path,
     exporter: dict[str, int],  # noqa: F811 - the imported fixture
 ) -> None:
-    ensure_packages("prometheus")
-    port = free_port()
-    config = {
-        "global": {"scrape_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "sing",
-                "static_configs": [
-                    {"targets": [f"127.0.0.1:{p}"], "labels": {"node": node}}
-                    for node, p in exporter.items()
-                ],
-            }
+    job = {
+        "job_name": "sing",
+        "static_configs": [
+            {"targets": [f"127.0.0.1:{p}"], "labels": {"node": node}}
+            for node, p in exporter.items()
         ],
     }
-    (tmp_path / "prom.yml").write_text(json.dumps(config))  # JSON is YAML
-    url = f"http://127.0.0.1:{port}"
-    argv = [
-        shutil.which("prometheus") or "/usr/bin/prometheus",
-        f"--config.file={tmp_path / 'prom.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with running(argv, tmp_path / "prometheus.log"):
-        wait_for(lambda: "Ready" in http_get(f"{url}/-/ready"), what="prometheus ready")
+    with prometheus(tmp_path, [job]) as url:
         wait_for(lambda: prometheus_has_data(url), timeout_s=30, what="prometheus scraping")
         (tmp_path / "sing.toml").write_text(
             f'[collector]\nprometheus_url = "{url}"\ninterval_s = 1.0\npull_lookback_s = 8.0\n'
@@ -120,3 +134,53 @@ def test_pull_mode_reads_the_same_rows_from_prometheus(
         "SELECT node, gpus, gpu_model, gpu_memory_bytes, source FROM nodes ORDER BY node"
     ).fetchall()
     assert nodes == [(n, 4, "NVIDIA H200", 150754820096, "exporter") for n in "ab"]
+
+
+def test_prometheus_scrapes_the_exporter_over_tls_with_basic_auth(
+    tmp_path: Path,
+    secure_exporter: SecureExporter,  # noqa: F811 - the imported fixture
+) -> None:
+    pki = secure_exporter.pki
+    tls = {
+        "ca_file": str(pki.ca),
+        "cert_file": str(pki.client_cert),
+        "key_file": str(pki.client_key),
+    }
+    target = {"targets": [f"127.0.0.1:{secure_exporter.port}"], "labels": {"node": "s"}}
+    secure = {
+        "job_name": "secure",
+        "scheme": "https",
+        "tls_config": tls,
+        "basic_auth": {
+            "username": "prometheus",
+            "password_file": str(secure_exporter.password_file),
+        },
+        "static_configs": [target],
+    }
+    anonymous = {
+        "job_name": "anonymous",
+        "scheme": "https",
+        "tls_config": tls,
+        "static_configs": [target],
+    }
+    plain = {"job_name": "plain", "static_configs": [target]}
+    with prometheus(tmp_path, [secure, anonymous, plain]) as url:
+
+        def scraped() -> dict[str, dict]:
+            active = json.loads(http_get(f"{url}/api/v1/targets"))["data"]["activeTargets"]
+            jobs = {t["labels"]["job"]: t for t in active if t["health"] != "unknown"}
+            return jobs if len(jobs) == 3 else {}
+
+        targets = wait_for(scraped, timeout_s=30, what="three scrapes")
+        util = wait_for(
+            lambda: query(url, 'sing_gpu_utilization_ratio{job="secure",gpu="0"}'),
+            what="the secure job's samples",
+        )
+        up = {r["metric"]["job"]: r["value"][1] for r in query(url, "up")}
+        leaked = query(url, '{job=~"anonymous|plain",__name__=~"sing_.*"}')
+    assert up == {"secure": "1", "anonymous": "0", "plain": "0"}
+    assert float(util[0]["value"][1]) == 0.25  # NODE_YAML's GPU 0
+    assert util[0]["metric"]["node"] == "s"
+    assert "401 Unauthorized" in targets["anonymous"]["lastError"]
+    assert targets["plain"]["lastError"]  # plain HTTP to a TLS port gets no metrics
+    assert leaked == []  # neither refused job stored a sample of the exporter's

@@ -14,12 +14,19 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
 
 import pytest
 
+from collector.client import ScrapeClient
+from collector.settings import CollectorSettings
+from sing.config import Config
+from sing.errors import UserError
+from tests.pki import Pki, make_pki
+from tests.test_exporter_web import PASSWORD, bcrypt_hash, write_web_config
 from warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,6 +130,42 @@ def exporter(tmp_path_factory) -> Iterator[dict[str, int]]:
         for port in ports.values():
             wait_for(lambda p=port: http_get(f"http://127.0.0.1:{p}/metrics"), what="exporter")
         yield ports
+
+
+@dataclass(frozen=True)
+class SecureExporter:
+    """A `sing exporter --fake` node "s" requiring TLS, a client certificate and basic auth."""
+
+    port: int
+    pki: Pki
+    password_file: Path  # holds PASSWORD, user "prometheus"
+
+
+@pytest.fixture(scope="module")
+def secure_exporter(tmp_path_factory) -> Iterator[SecureExporter]:
+    base = tmp_path_factory.mktemp("secure")
+    pki = make_pki(base / "pki")
+    (base / "node.yaml").write_text(NODE_YAML)
+    (base / "password").write_text(PASSWORD + "\n")
+    web = {
+        "tls_server_config": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_ca_file": str(pki.ca),
+        },
+        "basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD, cost=10)},
+    }
+    port = free_port()
+    argv = sing(
+        "exporter", "--fake", str(base / "node.yaml"), "--cache-seconds=0.05",
+        "--web.listen-address", f"127.0.0.1:{port}",
+        "--web.config.file", str(write_web_config(base / "web.yml", web)),
+    )  # fmt: skip
+    with running(argv, base / "exporter.log"):
+        wait_for(lambda: "TLS" in (base / "exporter.log").read_text(), what="secure exporter")
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port)).close() or True)
+        yield SecureExporter(port, pki, base / "password")
 
 
 class FaultHandler(BaseHTTPRequestHandler):
@@ -314,3 +357,82 @@ def test_bad_file_sd_is_a_clear_error(tmp_path: Path, content: str, message: str
     )  # fmt: skip
     assert result.returncode == 1
     assert f"sing: file_sd file {tmp_path / 'targets.json'}: {message}" in result.stderr
+
+
+def secure_config(path: Path, secure: SecureExporter, **overrides: object) -> Path:
+    """A collector config scraping the secure exporter by host:port over https."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "targets.json").write_text(json.dumps([file_sd_entry("s", secure.port)]))
+    settings = {
+        "scheme": "https",
+        "tls_ca_file": str(secure.pki.ca),
+        "tls_cert_file": str(secure.pki.client_cert),
+        "tls_key_file": str(secure.pki.client_key),
+        "basic_auth_username": "prometheus",
+        "basic_auth_password_file": str(secure.password_file),
+        **overrides,
+    }
+    return write_config(path, path.parent / "targets.json", **settings)
+
+
+def test_collector_scrapes_an_exporter_over_tls_with_client_cert_and_basic_auth(
+    tmp_path: Path, secure_exporter: SecureExporter
+) -> None:
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not the password\n")
+    runs = {
+        "good": secure_config(tmp_path / "good" / "sing.toml", secure_exporter),
+        "wrong_password": secure_config(
+            tmp_path / "wrong_password" / "sing.toml",
+            secure_exporter,
+            basic_auth_password_file=str(wrong),
+        ),
+        "no_client_cert": secure_config(
+            tmp_path / "no_client_cert" / "sing.toml",
+            secure_exporter,
+            tls_cert_file="",
+            tls_key_file="",
+        ),
+        "untrusted": secure_config(
+            tmp_path / "untrusted" / "sing.toml", secure_exporter, tls_ca_file=""
+        ),
+    }
+    errors = {}
+    for name, config in runs.items():
+        wh = config.parent / "wh"
+        result = subprocess.run(
+            sing("--config", str(config), "--warehouse", str(wh), "collector", "--once"),
+            capture_output=True, text=True, cwd=REPO, timeout=60,
+        )  # fmt: skip
+        assert ("1/1 targets up" if name == "good" else "0/1 targets up") in result.stdout, name
+        con = Warehouse(wh).connect()
+        ((url, errors[name]),) = con.execute("SELECT target, error FROM scrapes").fetchall()
+        assert url == f"https://127.0.0.1:{secure_exporter.port}/metrics"
+    assert errors["good"] is None
+    assert errors["wrong_password"] == "PayloadError: HTTP 401 Unauthorized"
+    assert "SSL" in errors["no_client_cert"] or "reset" in errors["no_client_cert"]
+    assert "CERTIFICATE_VERIFY_FAILED" in errors["untrusted"]
+    con = Warehouse(tmp_path / "good" / "wh").connect()
+    gpus = con.execute("SELECT gpu_index, round(util, 3), job_id FROM gpu_samples ORDER BY 1")
+    assert gpus.fetchall() == [(0, 0.25, "101"), (1, 0.5, "101"), (2, 0.5, "102"), (3, 0.5, None)]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"scheme": "ftp"}, "scheme must be http or https"),
+        ({"tls_cert_file": "client.pem"}, "tls_cert_file and tls_key_file go together"),
+        ({"tls_ca_file": "absent.pem"}, "tls_ca_file"),
+        ({"basic_auth_username": "prometheus"}, "basic_auth_password_file go together"),
+        (
+            {"basic_auth_username": "prometheus", "basic_auth_password_file": "absent"},
+            "No such file",
+        ),
+    ],
+)
+def test_bad_scrape_client_settings_are_clear_errors(
+    tmp_path: Path, settings: dict, message: str
+) -> None:
+    config = Config({}, tmp_path / "sing.toml")
+    with pytest.raises(UserError, match=message):
+        ScrapeClient.from_settings(CollectorSettings(**settings), config)

@@ -34,7 +34,8 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     config = root.parent / "sing.toml"
     config.write_text(
         f'[roles]\nadmins = ["{ADMIN}"]\nresearchers = ["{RESEARCHER}"]\n'
-        f'[dashboard]\nauth = "oidc"\ntrace_files = ["{PHILLY}"]\n'
+        f'[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n'
+        f'trace_files = ["{PHILLY}"]\n'
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SING_WAREHOUSE", str(root))
@@ -48,7 +49,8 @@ def open_app(
 ) -> AppTest:
     """Run the app as `user` (signed in through OIDC; None: nobody), optionally on `page`."""
     at = AppTest.from_file(APP, default_timeout=120)
-    at.user = {"is_logged_in": True, "email": f"{user}@campus.edu"} if user else {}
+    signed_in = {"is_logged_in": True, "email": f"{user}@campus.edu", "email_verified": True}
+    at.user = signed_in if user else {}
     at.query_params.update(query or {})
     at.run()
     if page:
@@ -101,20 +103,6 @@ def job_of(wh: Warehouse, user: str, other: bool = False) -> str:
 # ---- identity and roles -----------------------------------------------------------------
 
 
-def test_identify_takes_only_the_configured_source() -> None:
-    roles = RoleSettings(admins=("ghopper",), researchers=("rsearch",))
-    oidc = DashboardSettings(auth="oidc")
-    header = DashboardSettings(auth="header")
-    signed_in = {"is_logged_in": True, "email": "ghopper@campus.edu"}
-    assert access.identify(oidc, roles, signed_in, None) == access.Viewer("ghopper", "admin")
-    # A header means nothing under OIDC (anyone can send one), claims nothing under "header".
-    assert access.identify(oidc, roles, {"is_logged_in": False}, "ghopper") is None
-    assert access.identify(header, roles, signed_in, None) is None
-    assert access.identify(header, roles, {}, " rsearch ") == access.Viewer("rsearch", "researcher")
-    assert access.identify(header, roles, {}, "nsingh").role == "user"
-    assert access.identify(oidc, roles, {"is_logged_in": True, "email": ""}, None) is None
-
-
 def test_labels_hide_other_users_from_non_admins() -> None:
     names = ["alovelace", "aturing", "bliskov"]
     assert access.user_labels(names, access.Viewer("x", "admin")) == names
@@ -156,6 +144,29 @@ def test_visitor_who_is_not_signed_in_sees_nothing(warehouse: Warehouse) -> None
     at.secrets["auth"] = {"client_id": "x", "client_secret": "y", "redirect_uri": "http://h/o"}
     at.run()
     assert [b.label for b in at.button] == ["Sign in"] and not at.metric
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ({"email": f"{ADMIN}@elsewhere.org", "email_verified": True}, "not users of this cluster"),
+        ({"email": f"{ADMIN}@campus.edu", "email_verified": False}, "has not verified"),
+        ({"name": "Grace Hopper"}, "carries no 'email'"),
+    ],
+)
+def test_a_signed_in_stranger_is_refused_even_in_demo_mode(
+    warehouse: Warehouse, monkeypatch, claims: dict, why: str
+) -> None:
+    for demo in ("0", "1"):
+        monkeypatch.setenv("SING_DASHBOARD_DEMO", demo)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.user = {"is_logged_in": True, **claims}
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        assert why in at.error[0].value, demo
+        assert not at.metric and not at.dataframe and not at.get("vega_lite_chart")
+        assert [b.label for b in at.button] == ["Sign out"]  # to sign in as somebody else
+        assert "demo_role" not in at.session_state  # no role picker to fall back on
 
 
 @pytest.mark.parametrize(
@@ -298,7 +309,7 @@ def test_my_jobs_of_a_user_with_only_cpu_jobs_shows_no_gpu_figures(
     jobs, _ = to_tables(cpu_jobs, recorded_at=END)
     Warehouse(root).append("jobs", jobs)
     config = tmp_path / "sing.toml"
-    config.write_text('[dashboard]\nauth = "oidc"\n')
+    config.write_text('[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n')
     monkeypatch.setenv("SING_WAREHOUSE", str(root))
     monkeypatch.setenv("SING_CONFIG", str(config))
     at = open_app("cpuonly", "my_jobs")

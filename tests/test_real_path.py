@@ -104,6 +104,7 @@ idle_job_min_hours = 0  # the jobs here last about a minute
 admins = ["{ADMIN}"]
 [dashboard]
 auth = "oidc"
+allowed_domains = ["campus.edu"]
 """
 
 
@@ -693,7 +694,7 @@ def dashboard(real: RealRun) -> Iterator[RealRun]:
 def open_page(page: str, query: dict | None = None) -> AppTest:
     """A page as the admin, signed in through OIDC (as tests/test_dashboards_app.py does)."""
     at = AppTest.from_file(APP, default_timeout=120)
-    at.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu"}
+    at.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu", "email_verified": True}
     at.query_params.update(query or {})
     at.run()
     at.switch_page(f"pages/{page}.py").run()

@@ -21,12 +21,15 @@ ADMIN = "ghopper"
 def open_page(root: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     """The page as an admin of the warehouse at `root`; fails on any exception in it."""
     config = root.parent / "sing.toml"
-    config.write_text(f'[roles]\nadmins = ["{ADMIN}"]\n[dashboard]\nauth = "oidc"\n')
+    config.write_text(
+        f'[roles]\nadmins = ["{ADMIN}"]\n'
+        '[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n'
+    )
     monkeypatch.setenv("SING_WAREHOUSE", str(root))
     monkeypatch.setenv("SING_CONFIG", str(config))
     monkeypatch.delenv("SING_DASHBOARD_DEMO", raising=False)
     app = AppTest.from_file(APP, default_timeout=120)
-    app.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu"}
+    app.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu", "email_verified": True}
     app.run()
     app.switch_page(f"pages/{page}.py").run()
     assert not app.exception, [e.message for e in app.exception]

@@ -50,13 +50,14 @@ def batch(index: int, rows: int) -> pa.Table:
 # ---- the worker processes --------------------------------------------------------------------
 
 
-def run_writer(root: str, first: int, rows: int, seconds: float) -> None:
-    """Append batches first, first+1, ...; print each index once append() has returned."""
+def run_writer(root: str, first: int, rows: int, seconds: float, at_least: int = 0) -> None:
+    """Append batches first, first+1, ... for `seconds`, and at least `at_least` of them;
+    print each index once append() has returned."""
     wh = Warehouse(root)
     print("ready", flush=True)
     deadline = time.monotonic() + seconds
     index = first
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or index < first + at_least:
         wh.append("gpu_samples", batch(index, rows))
         print(index, flush=True)
         index += 1
@@ -86,8 +87,12 @@ def run_reader(root: str, rows: int, stop_file: str) -> None:
             return
 
 
-def run_compactor(root: str, stop_file: str) -> None:
-    """compact() in a loop: merges, rollups, checkpoints and vacuum (of files an hour gone)."""
+def run_compactor(root: str, stop_file: str, grace_s: str) -> None:
+    """compact() in a loop: merges, rollups, checkpoints and vacuum. Removals are stamped
+    3600 - grace_s seconds early, so vacuum (which waits an hour) deletes files grace_s after
+    their removal, while readers still run."""
+    early_ms = (3600 - float(grace_s)) * 1000
+    delta.now_ms = lambda: int(time.time() * 1000 - early_ms)
     wh = Warehouse(root)
     print("ready", flush=True)
     while not os.path.exists(stop_file):
@@ -169,32 +174,36 @@ def readers_report(lines: list[str]) -> list[tuple[int, int]]:
 # ---- the tests -------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 def test_readers_see_whole_batches_while_a_writer_and_a_compactor_run(tmp_path: Path) -> None:
-    """(a) + (c): 1 writer, 2 readers, 1 compactor looping compact(); counts exact throughout."""
-    root, stop, rows = tmp_path / "wh", tmp_path / "stop", 128
+    """(a) + (c): 1 writer, 2 readers, 1 compactor looping compact(), whose vacuum deletes the
+    files it removed GRACE_S earlier while the readers go on: counts exact throughout, and no
+    reader's query (each shorter than the grace) loses a file."""
+    root, stop, rows, grace_s = tmp_path / "wh", tmp_path / "stop", 128, 4
     Warehouse(root)
-    writer = spawn("writer", root, 0, rows, 8.0)
+    writer = spawn("writer", root, 0, rows, 8.0, 60)  # more than a day of 48 batches
     readers = [spawn("reader", root, rows, stop) for _ in range(2)]
-    compactor = spawn("compactor", root, stop)
+    compactor = spawn("compactor", root, stop, grace_s)
     committed = {int(i) for i in finish(writer)[1:]}
+    assert compactor.stdout.readline().strip() == "ready"
+    compactions = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(c[2] for c in compactions) == 0:
+        compactions.append(tuple(map(int, compactor.stdout.readline().split())))
+    time.sleep(1)  # the readers read on after the deletions
     stop.touch()
-    lines = finish(compactor)[1:]
-    compactions = [tuple(map(int, lines[i : i + 3])) for i in range(0, len(lines), 3)]
+    lines = finish(compactor)
+    compactions += [tuple(map(int, lines[i : i + 3])) for i in range(0, len(lines), 3)]
     final = rows * len(committed)
     for reader in readers:
         seen = readers_report(finish(reader))
         assert seen[-1] == (final, final), "last count after the writer stopped is all of it"
         assert len({total for total, _ in seen}) > 2, "reader should have watched rows arrive"
     assert committed == set(range(len(committed))) and len(committed) > 48  # spans days
-    assert sum(c[0] for c in compactions) > 0 and sum(c[1] for c in compactions) > 0
-    wh = Warehouse(root)
-    maintenance.GRACE_S = 0  # now that no reader runs: delete every removed file at once
-    try:
-        assert wh.compact().deleted_files > 0, "merged files' inputs are deleted by vacuum"
-    finally:
-        maintenance.GRACE_S = 3600
-    assert assert_exact(wh, rows, committed) == committed
+    merged, rolled, deleted = (sum(c[i] for c in compactions) for i in range(3))
+    assert merged > 0 and rolled > 0
+    assert deleted > 0, "vacuum deleted removed files while the readers ran"
+    assert assert_exact(Warehouse(root), rows, committed) == committed
 
 
 @pytest.mark.timeout(120)
@@ -267,10 +276,10 @@ def test_a_batch_spanning_midnight_is_all_or_nothing(tmp_path: Path, monkeypatch
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     if role == "writer":
-        run_writer(args[0], int(args[1]), int(args[2]), float(args[3]))
+        run_writer(args[0], int(args[1]), int(args[2]), float(args[3]), *map(int, args[4:]))
     elif role == "reader":
         run_reader(args[0], int(args[1]), args[2])
     elif role == "compactor":
-        run_compactor(args[0], args[1])
+        run_compactor(args[0], args[1], args[2])
     elif role == "compact_once":
         run_compact_once(args[0])

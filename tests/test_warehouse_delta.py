@@ -23,7 +23,8 @@ import pytest
 from deltalake import DeltaTable
 
 from warehouse import delta, maintenance
-from warehouse.store import Warehouse
+from warehouse.schema import table
+from warehouse.store import Warehouse, conform
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, 23, 0, tzinfo=UTC)
@@ -116,7 +117,7 @@ def batch_ids(wh: Warehouse) -> set[int]:
 
 # ---- a writer killed at every step of a commit -------------------------------------------------
 
-SAMPLE_STEPS = ["data-written", "data-renamed", "committed", "log-synced"]
+SAMPLE_STEPS = ["data-written", "data-renamed", "data-fsynced", "committed", "log-synced"]
 
 
 @pytest.mark.parametrize("step", SAMPLE_STEPS)
@@ -308,6 +309,54 @@ def test_merge_into_a_big_table_keeps_one_row_per_key(tmp_path: Path) -> None:
     ]
     assert con.execute("SELECT gpus FROM nodes").fetchall() == [(8,)]
     assert outside_counts(wh.root, "jobs") == [10_000] * 3
+
+
+def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """On shared storage the table lock does not reach another machine: when its merge lands
+    between our refresh and our commit, delta-rs refuses ours and sing retries it on the newer
+    snapshot, so neither machine's rows are lost."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", job(0))
+    ours = wh.open("jobs")
+    elsewhere = DeltaTable(str(wh.table_dir("jobs")))  # the other machine's view of the table
+    key = table("jobs").key
+    delta.merge(elsewhere, conform(table("jobs"), job(1)), key)
+    refreshes = []
+    real_refresh = DeltaTable.update_incremental
+
+    def refresh_too_early(self: DeltaTable) -> None:
+        refreshes.append(self.version())
+        if len(refreshes) > 1:  # the first refresh came before the other machine's commit
+            real_refresh(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
+    delta.merge(ours, conform(table("jobs"), job(2)), key)
+    monkeypatch.undo()
+    assert refreshes[:2] == [1, 1], "the first attempt ran on the stale snapshot and was refused"
+    rows = pl.read_delta(str(wh.table_dir("jobs"))).sort("job_id")["job_id"].to_list()
+    assert rows == ["j0", "j1", "j2", "shared"]
+
+
+def test_a_cached_table_is_reloaded_once_a_newer_checkpoint_exists(tmp_path: Path) -> None:
+    """A `DeltaTable` kept current by incremental updates alone slows down with each one, so
+    sing swaps it for a fresh object after every checkpoint; `checkpoint_due` writes them
+    between compactions, only for tables with enough commits since the last."""
+    wh = Warehouse(tmp_path / "wh")
+    for index in range(maintenance.CHECKPOINT_EVERY - 2):  # with the creation: one short
+        wh.append("gpu_samples", samples(index))
+    cached = wh.open("gpu_samples")
+    assert wh.checkpoint_due() == [] and wh.open("gpu_samples") is cached
+    wh.append("gpu_samples", samples(maintenance.CHECKPOINT_EVERY - 2))
+    wh.append("jobs", job(0))
+    assert wh.checkpoint_due() == ["gpu_samples"]
+    fresh = wh.open("gpu_samples")
+    assert fresh is not cached and fresh.version() == delta.last_checkpoint(
+        wh.table_dir("gpu_samples") / "_delta_log"
+    )
+    assert delta.versions_since_checkpoint(fresh) == 0
+    assert outside_counts(wh.root, "gpu_samples") == [(maintenance.CHECKPOINT_EVERY - 1) * ROWS] * 3
 
 
 def test_a_process_that_merged_exits_cleanly(tmp_path: Path) -> None:

@@ -233,6 +233,25 @@ def _keep_rollup(wh: Warehouse, rollup: Rollup, day: date, day_rolled: list[Live
     delta.commit(dt, [*adds, *(delta.remove_action(r) for r in current)], "retention")
 
 
+def checkpoint_due(wh: Warehouse) -> list[str]:
+    """Checkpoint the tables whose logs have `CHECKPOINT_EVERY` commits since their last
+    checkpoint; returns their names. Each commit re-reads the entries since the checkpoint, so
+    a writer calls this after each round to keep commits cheap between compactions. It skips
+    when a maintainer is at work (that one checkpoints too) and costs a few stats otherwise."""
+    done: list[str] = []
+    with wh.maintenance_lock() as held:
+        if not held:
+            return done
+        for name in [*TABLES, *ROLLUPS]:
+            dt = delta.open_table(wh.table_dir(name), refresh=False)
+            if dt is None or delta.versions_since_checkpoint(dt) < CHECKPOINT_EVERY:
+                continue
+            with wh.table_lock(name):
+                delta.checkpoint(dt)
+            done.append(name)
+    return done
+
+
 def tidy(wh: Warehouse, name: str) -> int:
     """Checkpoint a long log, drop expired log entries, vacuum removed and orphaned files and
     old temporaries; returns how many data files were deleted."""

@@ -82,7 +82,9 @@ class Warehouse:
             return 0
         schema = delta.table_schema(spec.schema, partitioned=spec.is_samples)
         partition_by = [delta.DAY] if spec.is_samples else []
-        dt = delta.ensure_table(self.table_dir(name), schema, partition_by)
+        # A samples append only adds files, so it needs no fresh snapshot; a merge refreshes
+        # its own under the table's lock.
+        dt = delta.ensure_table(self.table_dir(name), schema, partition_by, refresh=False)
         if spec.is_samples:
             parts = list(split_by_day(batch, spec.time_column))  # type: ignore[arg-type]
             actions = delta.write_files(self.table_dir(name), parts, spec.time_column)
@@ -187,6 +189,10 @@ class Warehouse:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     # ---- maintenance ---------------------------------------------------------------------
+
+    def checkpoint_due(self) -> list[str]:
+        """Checkpoint the logs that grew long since the last one (see `maintenance`)."""
+        return maintenance.checkpoint_due(self)
 
     def compact(
         self, now: datetime | None = None, settle_s: float | None = None

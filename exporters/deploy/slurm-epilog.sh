@@ -9,6 +9,7 @@ for file in "$DIR"/*; do
     [ -f "$file" ] || continue
     grep -qx "$SLURM_JOB_ID" "$file" || continue
     tmp="$DIR/.$(basename "$file").$$"
+    cp -p "$file" "$tmp"  # the prolog's mode and group, kept by writing into the copy
     grep -vx "$SLURM_JOB_ID" "$file" >"$tmp"
     if [ -s "$tmp" ]; then mv -f "$tmp" "$file"; else rm -f "$tmp" "$file"; fi
 done

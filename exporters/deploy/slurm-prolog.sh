@@ -4,17 +4,28 @@
 # Install on GPU nodes (slurm.conf `Prolog=/path/slurm-prolog.sh` with `PrologFlags=Alloc`, so it
 # runs on every node of a job when allocated, not only where a step starts; docs/deploy.md).
 # It runs as root; SLURM_JOB_GPUS holds the job's GPU indices on this node.
+# The exporter runs unprivileged: where its group (SING_EXPORTER_GROUP, default sing-exporter)
+# exists, the files are readable by that group only (directory 0750, files 0640); else by
+# everyone (0755/0644), as `squeue` shows job ids to everyone. Only root writes them.
 # A failing prolog drains the node, so this script never fails: it always exits 0.
 DIR="${SING_GPU_JOB_DIR:-/run/sing/gpu-jobs}"
+GROUP="${SING_EXPORTER_GROUP:-sing-exporter}"
 GPUS="${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-${CUDA_VISIBLE_DEVICES:-}}}"
 [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$GPUS" ] || exit 0
 mkdir -p "$DIR" 2>/dev/null || exit 0
+if getent group "$GROUP" >/dev/null 2>&1 && chgrp "$GROUP" "$DIR" 2>/dev/null; then
+    chmod 0750 "$DIR"; MODE=0640
+else
+    GROUP=""; chmod 0755 "$DIR"; MODE=0644
+fi
 exec 9>"$DIR/.lock"
 command -v flock >/dev/null && flock -w 10 9
 for gpu in $(echo "$GPUS" | tr ',' ' '); do
     case "$gpu" in *[!0-9]*|'') continue ;; esac  # indices only (not UUIDs or MIG names)
     tmp="$DIR/.$gpu.$$"
     { [ -f "$DIR/$gpu" ] && grep -vx "$SLURM_JOB_ID" "$DIR/$gpu"; echo "$SLURM_JOB_ID"; } >"$tmp"
+    chmod "$MODE" "$tmp"
+    [ -z "$GROUP" ] || chgrp "$GROUP" "$tmp"
     mv -f "$tmp" "$DIR/$gpu"
 done
 exit 0

@@ -1,0 +1,105 @@
+"""The exporter's HTTP(S) server: prometheus_client's WSGI app behind the web config's checks.
+
+prometheus_client's own server does TLS by wrapping the listening socket, so each handshake
+runs in the accepting thread and one client that never finishes its handshake stops every
+scrape; and it has no basic authentication. Here each connection's handshake runs in that
+connection's own thread under a timeout, client certificate SANs are checked right after it,
+and a small WSGI layer refuses requests without valid credentials (401) and adds the configured
+response headers. Rendering the page is prometheus_client's `make_wsgi_app`, unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from exporters.basicauth import BasicAuth
+from exporters.webconfig import WebConfig
+
+log = logging.getLogger(__name__)
+
+# A client gets this long to finish its TLS handshake, then to send each request.
+TIMEOUT_S = 10.0
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape; a slow client is dropped after TIMEOUT_S."""
+
+    timeout = TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class MetricsServer(ThreadingWSGIServer):
+    """One thread per connection; with a TLS context, the handshake runs in that thread."""
+
+    tls: ssl.SSLContext | None = None
+    allowed_sans: frozenset[str] = frozenset()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            return super().finish_request(request, client_address)
+        request.settimeout(TIMEOUT_S)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)  # the handshake, here
+        except (OSError, ssl.SSLError) as err:
+            log.debug("TLS handshake with %s failed: %s", client_address[0], err)
+            return None
+        try:
+            if self.allowed_sans and not self._san_allowed(conn):
+                log.warning("refused %s: no allowed SAN in its certificate", client_address[0])
+                return None
+            return super().finish_request(conn, client_address)
+        finally:
+            conn.close()
+
+    def _san_allowed(self, conn: ssl.SSLSocket) -> bool:
+        names = {value for _, value in (conn.getpeercert() or {}).get("subjectAltName", ())}
+        return bool(names & self.allowed_sans)
+
+
+def protect(app: WsgiApp, web: WebConfig) -> WsgiApp:
+    """`app` behind basic authentication (when users are set) and the configured headers."""
+    auth = BasicAuth(web.users) if web.users else None
+    extra = list(web.headers)
+
+    def protected(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, headers + extra, exc_info)
+
+        if auth is not None and not auth.allows(environ.get("HTTP_AUTHORIZATION")):
+            start(
+                "401 Unauthorized",
+                [("WWW-Authenticate", 'Basic realm="sing exporter", charset="UTF-8"'),
+                 ("Content-Type", "text/plain; charset=utf-8")],
+            )  # fmt: skip
+            return [b"Unauthorized\n"]
+        return app(environ, start)
+
+    return protected
+
+
+def serve(registry: CollectorRegistry, address: str, port: int, web: WebConfig) -> MetricsServer:
+    """Serve `registry` on address:port in a daemon thread; OSError if it cannot listen."""
+    infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+
+    class Server(MetricsServer):
+        address_family = family
+
+    app = protect(make_wsgi_app(registry), web)
+    server = make_server(sockaddr[0], port, app, Server, handler_class=_QuietHandler)
+    server.tls, server.allowed_sans = web.tls, web.allowed_sans
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    return server
