@@ -199,6 +199,9 @@ def test_head_node_scrapes_a_protected_exporter_as_the_collector_does(
         return code, found["scrape targets"]
 
     assert targets() == (0, "OK all 1 target(s) answer")
+    dead = f"127.0.0.1:{free_port()}"
+    code, line = targets(targets=[f"127.0.0.1:{protected.port}", dead])
+    assert code == 0 and line.startswith("WARN 1 of 2 down: 127.0.0.1: connection refused; ")
 
     code, line = targets(basic_auth_password_file=str(tmp_path / "wrong-password"))
     assert code == 1
