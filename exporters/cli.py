@@ -122,7 +122,8 @@ def _nodes(args: argparse.Namespace, port: int) -> list[tuple[str | None, int]]:
 def run(args: argparse.Namespace, config: Config) -> int:
     settings = _settings(args, config)
     web = load_web_config(settings.web_config_file) if settings.web_config_file else WebConfig()
-    _warn_if_open(settings.listen_address, web)
+    if warning := exposure_warning(settings.listen_address, web):
+        log.warning("%s", warning)
     nodes = _nodes(args, settings.port)
     if args.record and len(nodes) > 1:
         raise UserError("--record writes one node's state; use it without several --node")
@@ -200,22 +201,21 @@ def _start_node(
     return collector
 
 
-def _warn_if_open(address: str, web: WebConfig) -> None:
-    """The page names users and their jobs: say so when the network can read it in clear."""
+def exposure_warning(address: str, web: WebConfig) -> str | None:
+    """Why the network can read the page in clear when served on `address` with `web`, or
+    None; the page names users and their jobs (also checked by `sing doctor node`)."""
     try:
         loopback = ipaddress.ip_address(address).is_loopback
     except ValueError:  # a host name
         loopback = address == "localhost"
     if loopback or web.tls:
-        return
+        return None
     if web.users:
-        log.warning("basic auth without TLS on %s: passwords cross the network in clear", address)
-    else:
-        log.warning(
-            "serving user names and job ids on %s with neither TLS nor authentication; "
-            "see --web.config.file (docs/exporter.md)",
-            address,
-        )
+        return f"basic auth without TLS on {address}: passwords cross the network in clear"
+    return (
+        f"serving user names and job ids on {address} with neither TLS nor authentication; "
+        "see --web.config.file (docs/exporter.md)"
+    )
 
 
 def _sample_activity(collectors: list[NodeCollector], stop: threading.Event) -> None:

@@ -7,15 +7,28 @@ command exits 1 when any check fails, so it fits a deployment script or a cron m
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import shutil
+import socket
+import ssl
 import subprocess
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from collector.scrape import PayloadError, fetch
 from sing.config import Config, ConfigError
+from sing.errors import UserError
+
+if TYPE_CHECKING:
+    from collector.client import ScrapeClient
+    from collector.settings import CollectorSettings
+    from collector.targets import Target
+    from exporters.settings import ExporterSettings
+    from exporters.webconfig import WebConfig
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -63,7 +76,7 @@ def check_config(config: Config) -> Finding:
     return Finding(OK, "config", f"read {where}")
 
 
-def exporter_settings(config: Config):
+def exporter_settings(config: Config) -> ExporterSettings:
     from exporters.settings import ExporterSettings
 
     return config.section("exporter", ExporterSettings)
@@ -143,18 +156,76 @@ def check_rdma(args: argparse.Namespace, config: Config) -> Finding:
 
 
 def check_exporter(args: argparse.Namespace, config: Config) -> Finding:
-    port = exporter_settings(config).port
-    url = f"http://127.0.0.1:{port}/metrics"
+    """Fetch this node's page as the collector would: over the scheme the exporter's web config
+    sets, with the [collector]'s CA and credentials when this file has them."""
+    from collector.client import PLAIN
+    from collector.settings import CollectorSettings
+    from exporters.webconfig import WebConfigError
+
+    settings = exporter_settings(config)
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = response.read().decode()
-    except OSError as err:
-        return Finding(
-            FAIL, "exporter", f"{url}: {err}; start it: systemctl enable --now sing-exporter"
-        )
+        web = _web_config(settings, config)
+    except WebConfigError as err:
+        return Finding(FAIL, "exporter", f"{err}; the exporter will not start with it")
+    scheme = "https" if web.tls else "http"
+    url = f"{scheme}://{_local_host(settings.listen_address)}:{settings.port}/metrics"
+    collector = config.section("collector", CollectorSettings)
+    try:
+        client = _own_exporter_client(collector, config) if web.tls or web.users else PLAIN
+    except UserError as err:
+        return Finding(WARN, "exporter", f"{url} is {web.describe()}; cannot check it: {err}")
+    try:
+        body = fetch(url, collector.scrape_timeout_s, collector.max_payload_bytes, client)
+    except FETCH_ERRORS as err:
+        problem = diagnose(err, url, collector)
+        return Finding(WARN if problem.setting_missing else FAIL, "exporter", f"{url}: {problem}")
     if "sing_gpu_info" not in body:
         return Finding(WARN, "exporter", f"{url} answers but shows no GPU (sing_gpu_info)")
-    return Finding(OK, "exporter", f"{url} serves GPU metrics")
+    protected = f" ({web.describe()})" if settings.web_config_file else ""
+    return Finding(OK, "exporter", f"{url} serves GPU metrics{protected}")
+
+
+def check_exporter_access(args: argparse.Namespace, config: Config) -> Finding:
+    """The page names users and their jobs: warn when the network can read it in clear."""
+    from exporters.cli import exposure_warning
+    from exporters.webconfig import WebConfigError
+
+    settings = exporter_settings(config)
+    try:
+        web = _web_config(settings, config)
+    except WebConfigError as err:
+        return Finding(FAIL, "exporter access", f"cannot tell: {err}")
+    if warning := exposure_warning(settings.listen_address, web):
+        return Finding(WARN, "exporter access", f"{warning}; set [exporter] web_config_file")
+    return Finding(OK, "exporter access", f"listens on {settings.listen_address}: {web.describe()}")
+
+
+def _web_config(settings: ExporterSettings, config: Config) -> WebConfig:
+    """The exporter's web config as `sing exporter` reads it (relative to the config file)."""
+    from exporters.webconfig import WebConfig, load_web_config
+
+    if not settings.web_config_file:
+        return WebConfig()
+    return load_web_config(config.resolve_path(settings.web_config_file))
+
+
+def _own_exporter_client(collector: CollectorSettings, config: Config) -> ScrapeClient:
+    """The collector's client without its host name check: this node reaches its exporter
+    through its listen address, the collector by whatever name it knows the node by (which
+    `sing doctor head` checks against the certificate)."""
+    from collector.client import ScrapeClient
+
+    client = ScrapeClient.from_settings(collector, config)
+    tls = client.tls or ssl.create_default_context()  # a context of our own, never the shared one
+    tls.check_hostname = False
+    return replace(client, tls=tls)
+
+
+def _local_host(address: str) -> str:
+    """How this node reaches its own exporter listening on `address`, written for a URL: a
+    wildcard address through loopback, an IPv6 address in brackets."""
+    address = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(address, address)
+    return f"[{address}]" if ":" in address else address
 
 
 def check_warehouse(args: argparse.Namespace, config: Config) -> Finding:
@@ -193,23 +264,147 @@ def check_sacct(args: argparse.Namespace, config: Config) -> Finding:
 
 
 def check_targets(args: argparse.Namespace, config: Config) -> Finding:
+    """Fetch every target with the collector's own client, settings and limits."""
     from collector.cli import target_source
     from collector.settings import CollectorSettings
 
     settings = config.section("collector", CollectorSettings)
-    targets = target_source(settings, config)()
-    down = []
-    for target in targets:
-        try:
-            with urllib.request.urlopen(target.url, timeout=3) as response:
-                response.read(1)
-        except OSError:
-            down.append(target.node)
-    if len(down) == len(targets):
-        return Finding(FAIL, "scrape targets", f"none of {len(targets)} target(s) answers")
-    if down:
-        return Finding(WARN, "scrape targets", f"{len(down)} of {len(targets)} down: {down[:8]}")
-    return Finding(OK, "scrape targets", f"all {len(targets)} target(s) answer")
+    try:
+        targets = target_source(settings, config)()
+    except UserError as err:
+        return Finding(FAIL, "scrape targets", str(err))
+    if not targets:
+        return Finding(FAIL, "scrape targets", "no targets: the file_sd file lists none")
+    with ThreadPoolExecutor(min(settings.concurrency, len(targets))) as pool:
+        problems = list(pool.map(lambda t: _probe(t, settings), targets))
+    down: dict[Problem, list[str]] = {}
+    for target, problem in zip(targets, problems, strict=True):
+        if problem is not None:
+            down.setdefault(problem, []).append(target.node)
+    if not down:
+        return Finding(OK, "scrape targets", f"all {len(targets)} target(s) answer")
+    # The commonest problem first: with hundreds of nodes the line must stay one line.
+    groups = sorted(down.items(), key=lambda item: -len(item[1]))
+    shown = " | ".join(f"{', '.join(nodes[:8])}: {problem}" for problem, nodes in groups[:3])
+    if len(groups) > 3:
+        shown += f" (and {len(groups) - 3} other problems)"
+    failed = sum(len(nodes) for nodes in down.values())
+    if failed == len(targets):
+        return Finding(FAIL, "scrape targets", f"none of {failed} target(s) answers: {shown}")
+    return Finding(WARN, "scrape targets", f"{failed} of {len(targets)} down: {shown}")
+
+
+def _probe(target: Target, settings: CollectorSettings) -> Problem | None:
+    """What stops the collector scraping `target`, or None when nothing does."""
+    from collector.convert import WANTED
+    from collector.promtext import ParseError, parse
+
+    try:
+        text = fetch(
+            target.url, settings.scrape_timeout_s, settings.max_payload_bytes, target.client
+        )
+        parse(text, WANTED)
+    except ParseError as err:
+        return Problem(f"malformed payload: {err}", "is this a Prometheus exporter?")
+    except FETCH_ERRORS as err:
+        return diagnose(err, target.url, settings)
+    return None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a page could not be fetched, and the one change that fixes it."""
+
+    cause: str
+    fix: str
+    setting_missing: bool = False  # [collector] lacks a setting the exporter needs
+
+    def __str__(self) -> str:
+        return f"{self.cause}; {self.fix}"
+
+
+FETCH_ERRORS = (OSError, http.client.HTTPException, PayloadError)
+HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH = 62, 64  # OpenSSL's X509_V_ERR_* codes
+
+
+def diagnose(err: Exception, url: str, settings: CollectorSettings) -> Problem:
+    """Turn an error of `collector.scrape.fetch` into what went wrong and how to fix it."""
+    if isinstance(err, PayloadError) and str(err).startswith("HTTP 401"):
+        if not settings.basic_auth_username:
+            return Problem(
+                "HTTP 401, basic auth is on",
+                "the collector needs [collector] basic_auth_username and basic_auth_password_file",
+                setting_missing=True,
+            )
+        return Problem(
+            f"HTTP 401, wrong credentials for user {settings.basic_auth_username!r}",
+            "put that user's password from the exporter's basic_auth_users in "
+            f"[collector] basic_auth_password_file ({settings.basic_auth_password_file})",
+        )
+    if isinstance(err, ssl.SSLCertVerificationError):
+        seen = err.verify_message.rstrip(".")
+        if err.verify_code in (HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH):
+            return Problem(
+                f"TLS: {seen}",
+                "reach the exporter by a name its certificate holds, or add this one to it",
+            )
+        if settings.tls_ca_file:
+            return Problem(
+                f"TLS verify failed ({seen}): wrong CA",
+                f"[collector] tls_ca_file ({settings.tls_ca_file}) must be the CA that signed "
+                "the exporter's cert_file",
+            )
+        return Problem(
+            f"TLS is on and the system store does not trust the certificate ({seen})",
+            'the collector needs [collector] scheme = "https" and tls_ca_file = the CA that '
+            "signed the exporter's cert_file",
+            setting_missing=True,
+        )
+    if isinstance(err, ssl.SSLError):
+        reason = err.reason or ""
+        if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE"):
+            return Problem(
+                "speaks plain HTTP, not TLS",
+                'set scheme = "http" (file_sd: __scheme__), or give the exporter a '
+                "tls_server_config",
+            )
+        if "CERTIFICATE_REQUIRED" in reason:
+            return Problem(
+                "the exporter requires a client certificate",
+                "set [collector] tls_cert_file and tls_key_file",
+                setting_missing=not settings.tls_cert_file,
+            )
+        if "ALERT" in reason:
+            return Problem(
+                f"the exporter refused the TLS connection ({reason})",
+                "[collector] tls_cert_file must be signed by the exporter's client_ca_file",
+            )
+        return Problem(f"TLS failed: {err}", "compare tls_server_config with [collector] tls_*")
+    if isinstance(err, ConnectionRefusedError):
+        return Problem(
+            "connection refused",
+            "start it (systemctl enable --now sing-exporter); check its listen_address and port",
+        )
+    if isinstance(err, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+        if url.startswith("http:"):
+            return Problem(
+                "closed the connection without answering",
+                'if the exporter has a tls_server_config, set [collector] scheme = "https"',
+            )
+        return Problem(
+            "closed the connection after the TLS handshake",
+            "it requires a client certificate: set [collector] tls_cert_file and tls_key_file "
+            "to one signed by its client_ca_file (naming one of its client_allowed_sans)",
+            setting_missing=not settings.tls_cert_file,
+        )
+    if isinstance(err, TimeoutError):
+        return Problem(
+            f"no answer within {settings.scrape_timeout_s:g} s",
+            "check the firewall between here and the exporter, and the exporter's load",
+        )
+    if isinstance(err, socket.gaierror):
+        return Problem(f"cannot resolve the host ({err.strerror})", "fix the target's host name")
+    return Problem(f"{type(err).__name__}: {err}", "see the exporter's log")
 
 
 NODE_CHECKS: tuple[Callable[[argparse.Namespace, Config], Finding], ...] = (
@@ -217,6 +412,7 @@ NODE_CHECKS: tuple[Callable[[argparse.Namespace, Config], Finding], ...] = (
     check_job_mapping,
     check_rdma,
     check_exporter,
+    check_exporter_access,
 )
 HEAD_CHECKS: tuple[Callable[[argparse.Namespace, Config], Finding], ...] = (
     check_warehouse,
