@@ -106,9 +106,11 @@ class Config:
     @classmethod
     def _from_file(cls, file: Path) -> Config:
         try:
-            data = tomllib.loads(file.read_text())
-        except tomllib.TOMLDecodeError as err:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"{file}: not valid TOML: {err}") from err
+        except OSError as err:
+            raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
         return cls(data, file.resolve())
 
     def section(self, name: str, schema: type[T]) -> T:
