@@ -29,7 +29,7 @@ def load(path: Path, timezone: str) -> Source:
     df = read_table(
         path,
         columns=header_file(path.with_suffix(".header")),
-        required=("job_name", "user", "status", "start_time"),
+        required=("job_name", "user", "status", "start_time", "end_time"),
     )
     submit = seconds_since_epoch(df, "start_time", path)
     require(df, submit, "start_time", path)
