@@ -42,7 +42,7 @@ PIECES = st.sampled_from(['{', '}', '"', "\\", "=", ",", " ", "\t", "\n", "\r", 
 NEAR = st.lists(st.one_of(NAME, PIECES, SAMPLES.map(render)), max_size=30).map("".join)
 
 
-@fuzz(3000)
+@fuzz(1500)
 @given(st.one_of(NEAR, st.text(max_size=200)))
 def test_any_text_gives_samples_or_a_parse_error(text: str) -> None:
     try:
@@ -53,7 +53,7 @@ def test_any_text_gives_samples_or_a_parse_error(text: str) -> None:
         assert sample.name in WANTED
 
 
-@fuzz(1000)
+@fuzz(500)
 @given(SAMPLES, st.text("_:aZ9", min_size=1, max_size=4))
 @example(Sample("up", {}, 1.0), ":extra")  # colons are legal in names: up:extra is not up
 def test_lines_of_other_metrics_are_skipped(sample: Sample, suffix: str) -> None:
@@ -61,7 +61,7 @@ def test_lines_of_other_metrics_are_skipped(sample: Sample, suffix: str) -> None
     assert parse(render(other) + "\n", WANTED) == []
 
 
-@fuzz(2000)
+@fuzz(800)
 @given(st.lists(SAMPLES, max_size=6))
 def test_written_samples_parse_back(samples: list[Sample]) -> None:
     text = "".join(f"# HELP x y\n{render(s)}\n" for s in samples)

@@ -71,7 +71,7 @@ def read_every_section(config: Config) -> None:
             assert has_type(value, HINTS[name][field.name]), (name, field.name, value)
 
 
-@fuzz(2000)
+@fuzz(1000)
 @given(CONFIG_DATA)
 @example({"executor": {"local_gpus": [True]}})  # true is not a GPU index
 def test_any_settings_read_typed_or_give_a_config_error(data: dict[str, Any]) -> None:

@@ -130,7 +130,7 @@ def imports_whole_or_not_at_all(fmt: str, files: dict[str, str]) -> None:
         assert (trace / DATAPACKAGE).is_file() and (trace / "jobs.parquet").is_file()
 
 
-@fuzz(150)
+@fuzz(60)
 @given(csv_source("philly"))
 @example(
     {"philly.csv": "timestamp,duration,num_gpus,gpu_time,cluster\n0001-01-01 00:00:00,1,1,1,a\n"}
@@ -139,26 +139,26 @@ def test_philly_csv(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("philly", files)
 
 
-@fuzz(150)
+@fuzz(60)
 @given(JOB_LOG)
 @example({"cluster_job_log.json": "[]"})
 def test_philly_job_log(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("philly", files)
 
 
-@fuzz(150)
+@fuzz(60)
 @given(csv_source("helios"))
 def test_helios(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("helios", files)
 
 
-@fuzz(150)
+@fuzz(60)
 @given(csv_source("acme"))
 def test_acme(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("acme", files)
 
 
-@fuzz(150)
+@fuzz(60)
 @given(csv_source("pai"))
 def test_pai(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("pai", files)
