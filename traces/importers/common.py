@@ -95,7 +95,7 @@ def number(df: pl.DataFrame, column: str, path: Path, dtype=pl.Float64) -> pl.Se
     values = pl.select(pl.when(values.is_finite()).then(values)).to_series()
     if dtype == pl.Int64:
         values = values.round(0).cast(pl.Int64, strict=False)  # out of range: null, reported
-    _fail_on_unparsed(df, column, values, path, "a finite number")
+    _fail_on_unparsed(df, column, values, path, "a number")
     return values
 
 
