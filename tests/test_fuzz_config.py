@@ -1,7 +1,8 @@
 """Fuzzing the site configuration (sing/config.py) with Hypothesis.
 
 Properties: any file gives a Config whose sections read as their dataclasses or a ConfigError,
-nothing else; a section that reads has every field of its declared type.
+nothing else; a section that reads has every field of its declared type. A section's own value
+checks may raise sing.errors.UserError instead ([trace] k = 0).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sing.config import KNOWN_SECTIONS, Config, ConfigError
+from sing.errors import UserError
 from tests.fuzzing import fuzz
 from tests.test_config import schema
 
@@ -64,7 +66,7 @@ def read_every_section(config: Config) -> None:
     for name in KNOWN_SECTIONS:
         try:
             section = config.section(name, schema(name))
-        except ConfigError:
+        except (ConfigError, UserError):
             continue
         for field in dataclasses.fields(section):
             value = getattr(section, field.name)
@@ -74,6 +76,7 @@ def read_every_section(config: Config) -> None:
 @fuzz(1000)
 @given(CONFIG_DATA)
 @example({"executor": {"local_gpus": [True]}})  # true is not a GPU index
+@example({"trace": {"k": 0}})  # checked by TraceSettings itself (UserError)
 def test_any_settings_read_typed_or_give_a_config_error(data: dict[str, Any]) -> None:
     try:
         config = Config(data)
