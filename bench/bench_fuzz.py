@@ -2,7 +2,8 @@
 random inputs and SCALE times CI's number of them, printing inputs/s and any failure.
 
 CI runs the same tests derandomized at scale 1 (well under two minutes); this searches wider.
-Run: .venv/bin/python bench/bench_fuzz.py [SCALE]   (default 10; exits 1 if any test fails)
+Run: .venv/bin/python bench/bench_fuzz.py [SCALE [MATCH]]   (SCALE default 10; MATCH picks the
+tests whose name holds it, e.g. "importers"; exits 1 if any test fails)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SCALE = sys.argv[1] if len(sys.argv) > 1 else "10"
+MATCH = sys.argv[2] if len(sys.argv) > 2 else ""
 # Read when the tests are imported: fresh inputs each run, SCALE times as many.
 os.environ["SING_FUZZ_SCALE"] = SCALE
 os.environ["SING_HYPOTHESIS_PROFILE"] = "dev"
@@ -62,6 +64,8 @@ def main() -> int:
     print(f"{'test':<58} {'inputs':>7} {'s':>7} {'inputs/s':>9}  result")
     failed = 0
     for label, test in fuzz_tests():
+        if MATCH not in label:
+            continue
         calls, seconds, outcome = run(test)
         failed += outcome != "ok"
         print(f"{label:<58} {calls:>7,} {seconds:>7.1f} {calls / seconds:>9,.0f}  {outcome}")

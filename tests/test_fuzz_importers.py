@@ -154,6 +154,9 @@ def test_helios(files: dict[str, str]) -> None:
 
 @fuzz(60)
 @given(csv_source("acme"))
+@example(
+    {"trace.csv": "job_id,user,gpu_num,node_num,state,submit_time\n,,,,,0001-01-01 00:00:00\n"}
+)
 def test_acme(files: dict[str, str]) -> None:
     imports_whole_or_not_at_all("acme", files)
 

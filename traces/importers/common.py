@@ -112,6 +112,8 @@ def times(df: pl.DataFrame, column: str, path: Path, timezone: str) -> pl.Series
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
         ).dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
     parsed = parsed.dt.convert_time_zone("UTC")
+    # Only what a datetime can hold: 0001-01-01 00:00 in UTC+8 is in the year 0 in UTC.
+    parsed = pl.select(pl.when(parsed.dt.year().is_between(1, 9999)).then(parsed)).to_series()
     _fail_on_unparsed(df, column, parsed, path, f"a time like 2020-01-31 23:59:59 ({timezone})")
     return parsed
 
