@@ -113,7 +113,22 @@ JOB_LOG = st.lists(mostly(JOB, CELL), min_size=1, max_size=4).map(
 )
 
 
-def imports_whole_or_not_at_all(fmt: str, files: dict[str, str]) -> None:
+# Naive times that leave the years 1-9999 once moved to UTC (from Los Angeles, Shanghai).
+LAST, FIRST = "9999-12-31 23:59:59", "0001-01-01 00:00:00"
+# (format, {file name: text}); the first file is the one imported.
+SOURCES = st.one_of(
+    st.tuples(st.just("philly"), csv_source("philly") | JOB_LOG),
+    *(st.tuples(st.just(fmt), csv_source(fmt)) for fmt in ("helios", "acme", "pai")),
+)
+
+
+@fuzz(300)
+@given(SOURCES)
+@example(("philly", {"cluster_job_log.json": "[]"}))
+@example(("philly", {"p.csv": "timestamp,duration,num_gpus,cluster\n" + LAST + ",1,1,a\n"}))
+@example(("acme", {"t.csv": "job_id,user,gpu_num,node_num,state,submit_time\n,,,,," + FIRST}))
+def test_every_importer_writes_a_whole_trace_or_nothing(source: tuple[str, dict[str, str]]) -> None:
+    fmt, files = source
     with tempfile.TemporaryDirectory() as folder:
         base = Path(folder)
         for name, text in files.items():
@@ -122,46 +137,9 @@ def imports_whole_or_not_at_all(fmt: str, files: dict[str, str]) -> None:
         try:
             trace = import_trace(fmt, base / next(iter(files)), base / "out" / "trace")
         except UserError:
-            event("refused")
+            event(f"{fmt}: refused")
             assert sorted(p.name for p in base.iterdir()) == sorted([*files, "out"])
             assert list((base / "out").iterdir()) == []
             return
-        event("imported")
+        event(f"{fmt}: imported")
         assert (trace / DATAPACKAGE).is_file() and (trace / "jobs.parquet").is_file()
-
-
-@fuzz(60)
-@given(csv_source("philly"))
-@example(
-    {"philly.csv": "timestamp,duration,num_gpus,gpu_time,cluster\n0001-01-01 00:00:00,1,1,1,a\n"}
-)
-def test_philly_csv(files: dict[str, str]) -> None:
-    imports_whole_or_not_at_all("philly", files)
-
-
-@fuzz(60)
-@given(JOB_LOG)
-@example({"cluster_job_log.json": "[]"})
-def test_philly_job_log(files: dict[str, str]) -> None:
-    imports_whole_or_not_at_all("philly", files)
-
-
-@fuzz(60)
-@given(csv_source("helios"))
-def test_helios(files: dict[str, str]) -> None:
-    imports_whole_or_not_at_all("helios", files)
-
-
-@fuzz(60)
-@given(csv_source("acme"))
-@example(
-    {"trace.csv": "job_id,user,gpu_num,node_num,state,submit_time\n,,,,,0001-01-01 00:00:00\n"}
-)
-def test_acme(files: dict[str, str]) -> None:
-    imports_whole_or_not_at_all("acme", files)
-
-
-@fuzz(60)
-@given(csv_source("pai"))
-def test_pai(files: dict[str, str]) -> None:
-    imports_whole_or_not_at_all("pai", files)
