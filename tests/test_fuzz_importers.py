@@ -115,6 +115,13 @@ JOB_LOG = st.lists(mostly(JOB, CELL), min_size=1, max_size=4).map(
 
 # Naive times that leave the years 1-9999 once moved to UTC (from Los Angeles, Shanghai).
 LAST, FIRST = "9999-12-31 23:59:59", "0001-01-01 00:00:00"
+# A task asking for 1e25 GPUs: more than a job's 64-bit GPU count holds.
+PAI_HUGE_TASK = {
+    "pai_job_table.csv": "j,u,s,1,2\n",
+    "pai_job_table.header": "job_name,user,status,start_time,end_time",
+    "pai_task_table.csv": "j,1,1,1e25\n",
+    "pai_task_table.header": "job_name,inst_num,start_time,plan_gpu",
+}
 # (format, {file name: text}); the first file is the one imported.
 SOURCES = st.one_of(
     st.tuples(st.just("philly"), csv_source("philly") | JOB_LOG),
@@ -127,6 +134,7 @@ SOURCES = st.one_of(
 @example(("philly", {"cluster_job_log.json": "[]"}))
 @example(("philly", {"p.csv": "timestamp,duration,num_gpus,cluster\n" + LAST + ",1,1,a\n"}))
 @example(("acme", {"t.csv": "job_id,user,gpu_num,node_num,state,submit_time\n,,,,," + FIRST}))
+@example(("pai", PAI_HUGE_TASK))
 def test_every_importer_writes_a_whole_trace_or_nothing(source: tuple[str, dict[str, str]]) -> None:
     fmt, files = source
     with tempfile.TemporaryDirectory() as folder:
