@@ -1,11 +1,12 @@
 """Job records from the executor adapter, and the running allocations they imply.
 
-The source is pluggable (`[collector] job_sync = "module:function"`, called as
-`function(config, warehouse)`), so the collector does not depend on how a site runs jobs; the
-default, `executor_sync`, runs the executors package's incremental sync (`sing jobs sync`) for
-the configured `[executor]`, which upserts `jobs` and `job_gpus` (the record tables upsert by
-key, so re-running it adds no duplicates) with the site's cluster on every row. Without an
-`[executor]` section, or with a source that cannot be imported, job sync is off (collector.plugins).
+The source is pluggable (`[collector] job_sync = "module:function"` of an installed
+`sing.sources` entry point, called as `function(config, warehouse)`), so the collector does not
+depend on how a site runs jobs; the default, `executor_sync`, runs the executors package's
+incremental sync (`sing jobs sync`) for the configured `[executor]`, which upserts `jobs` and
+`job_gpus` (the record tables upsert by key, so re-running it adds no duplicates) with the
+site's cluster on every row. Without an `[executor]` section, or with a source that cannot be
+loaded, job sync is off; a source that is not installed is refused (collector.plugins).
 """
 
 from __future__ import annotations

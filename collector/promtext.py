@@ -54,7 +54,8 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
 def _line_finder(wanted: frozenset[str]) -> re.Pattern[str]:
     """A regex for the lines of the wanted metrics: the scan over the payload runs in C."""
     names = "|".join(re.escape(n) for n in sorted(wanted, key=len, reverse=True))
-    return re.compile(rf"^({names})\b(.*)$", re.MULTILINE)
+    # The name ends at a label set, blank or the line's end: `up:extra` is another metric.
+    return re.compile(rf"^({names})(?=[{{\s]|$)(.*)$", re.MULTILINE)
 
 
 def _parse_line(name: str, rest: str) -> Sample:

@@ -37,6 +37,7 @@ class CollectorSettings:
     # Pull mode: on start, read back at most this far (or from the newest stored sample).
     pull_lookback_s: float = 3600.0
     # Job records: "module:function" called as function(config, warehouse); "" turns it off.
+    # Sources must be installed entry points of the group "sing.sources" (collector.plugins).
     # The default syncs the [executor] of the config (off when the config has none).
     job_sync: str = "collector.jobsync:executor_sync"
     job_sync_interval_s: float = 60.0

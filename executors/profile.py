@@ -205,7 +205,7 @@ def _time_limit(reader: _Reader, top: dict[str, yaml.Node]) -> int | None:
     # The text as written: YAML 1.1 would read an unquoted 02:00:00 as the base-60 number 7200.
     text = str(node.value).strip() if isinstance(node, yaml.ScalarNode) else ""
     match = TIME_RE.match(text)
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit() alone takes "²", which int() refuses
         seconds = int(text) * 60
     elif match:
         days, hours, minutes, secs = (int(g) if g else 0 for g in match.groups())
@@ -228,8 +228,8 @@ class _Reader:
 
     def __init__(self, text: str, source: str) -> None:
         self.source = source
-        self._loader = yaml.SafeLoader(text)
         try:
+            self._loader = yaml.SafeLoader(text)  # refuses control characters at once
             root = self._loader.get_single_node()
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
@@ -243,7 +243,14 @@ class _Reader:
         return UserError(f"{self.source}:{node.start_mark.line + 1}: {field}: {problem}")
 
     def value(self, node: yaml.Node) -> Any:
-        return self._loader.construct_object(node, deep=True)
+        try:
+            return self._loader.construct_object(node, deep=True)
+        # PyYAML's constructors fail in all these ways on a value that does not fit its tag
+        # (`2001-13-45`, `!!timestamp x`, `!!binary *`).
+        except (yaml.YAMLError, ValueError, TypeError, AttributeError) as err:
+            problem = getattr(err, "problem", None) or err
+            where = f"{self.source}:{node.start_mark.line + 1}"
+            raise UserError(f"{where}: bad value: {problem}") from err
 
     def mapping(
         self, node: yaml.Node, field: str, allowed: tuple[str, ...] | None = None

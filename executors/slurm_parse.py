@@ -73,7 +73,10 @@ class _Job:
 
     def time(self, path: str) -> Any:
         seconds = self.number(path)
-        return utc(seconds) if seconds else None  # Slurm writes 0 for "not yet"
+        try:
+            return utc(seconds) if seconds else None  # Slurm writes 0 for "not yet"
+        except (OverflowError, ValueError, OSError) as err:
+            raise UserError(f"{self.where}: field {path!r}: {seconds} is not a time") from err
 
     def state(self, path: str) -> str:
         value = self.get(path)
@@ -101,7 +104,10 @@ def _load(text: str, source: str) -> list[_Job]:
     if not isinstance(dump, dict) or not isinstance(dump.get("jobs"), list):
         raise UserError(f"{source}: no 'jobs' list in the output (unknown JSON shape)")
     # An empty result is reported as an error ("Nothing found", 9003) by 22.05's sacct.
-    errors = [e for e in dump.get("errors") or [] if not _nothing_found(e)]
+    errors = dump.get("errors") or []
+    if not isinstance(errors, list):
+        raise UserError(f"{source}: 'errors' is {type(errors).__name__}, not a list")
+    errors = [e for e in errors if not _nothing_found(e)]
     if errors:
         raise UserError(f"{source}: Slurm reported errors: {errors}")
     return [_Job(job, source) for job in dump["jobs"]]
@@ -135,8 +141,13 @@ def parse_tres(text: str | None, where: str) -> list[tuple[str, int | None]]:
         name, sep, count = item.partition("=")
         if not sep:
             raise UserError(f"{where}: TRES entry {item!r} is not NAME=COUNT")
-        entries.append((name, int(count) if count.isdigit() else None))
+        entries.append((name, int(count) if _digits(count) else None))
     return entries
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() alone also takes "²", which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _json_tres(job: _Job, path: str) -> list[tuple[str, int | None]]:
@@ -155,15 +166,21 @@ def _json_tres(job: _Job, path: str) -> list[tuple[str, int | None]]:
     return entries
 
 
-def comment_fields(comment: str | None) -> tuple[bool | None, dict | None]:
+def comment_fields(comment: object) -> tuple[bool | None, dict | None]:
     """(interactive, dependencies) that `sing submit` stored in the job comment."""
-    if not comment or not comment.startswith(COMMENT_PREFIX):
+    if not isinstance(comment, str) or not comment.startswith(COMMENT_PREFIX):
         return None, None
     try:
         data = json.loads(comment[len(COMMENT_PREFIX) :])
     except json.JSONDecodeError:
         return None, None  # a user's own comment that happens to start with "sing:"
-    return data.get("interactive"), data.get("dependencies")
+    if not isinstance(data, dict):
+        return None, None  # the same, holding other JSON ("sing: 5")
+    interactive, dependencies = data.get("interactive"), data.get("dependencies")
+    return (
+        interactive if isinstance(interactive, bool) else None,
+        dependencies if isinstance(dependencies, dict) else None,
+    )
 
 
 def _gpu_indices(job: _Job, nodes: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -234,7 +251,7 @@ def parse_sacct_text(text: str) -> dict[str, tuple[str, int]]:
             )
         job_id, user, exit_code = fields
         code, _, signal = exit_code.partition(":")
-        if not (code.isdigit() and signal.isdigit()):
+        if not (_digits(code) and _digits(signal)):
             raise UserError(f"sacct -P line {number}: ExitCode {exit_code!r} is not CODE:SIGNAL")
         out[job_id] = (user, exit_code_from(int(code), int(signal)))
     return out

@@ -11,13 +11,13 @@ import logging
 import sys
 
 from exporters.cli import DESCRIPTION, add_arguments, run
-from sing.config import Config, ConfigError
+from sing.config import CONFIG_HELP, Config, ConfigError
 from sing.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m exporters", description=DESCRIPTION)
-    parser.add_argument("--config", help="site config file (default: $SING_CONFIG, ./sing.toml)")
+    parser.add_argument("--config", help=CONFIG_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 
-from sing.config import Config, ConfigError
+from sing.config import CONFIG_HELP, Config, ConfigError
 from sing.errors import UserError
 
 # Each subcommand and the module that registers it, in the order `sing --help` lists them.
@@ -43,7 +43,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="sing",
         description="Telemetry, accounting and trace analytics for shared campus GPU clusters.",
     )
-    parser.add_argument("--config", help="site config file (default: $SING_CONFIG, ./sing.toml)")
+    parser.add_argument("--config", help=CONFIG_HELP)
     parser.add_argument(
         "--warehouse", help="warehouse directory (default: $SING_WAREHOUSE, then [site] warehouse)"
     )

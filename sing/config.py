@@ -4,14 +4,17 @@ Each part of the system owns one section and describes it as a dataclass; `Confi
 checks the file's keys and types against it, so a typo or a wrong type is an error that names
 the file, the key and what is expected, instead of a silently ignored setting.
 
-Lookup order for the file: `--config PATH`, `$SING_CONFIG`, `./sing.toml`, `/etc/sing/sing.toml`;
-with none of them the built-in defaults apply (the embedded demo needs no file).
+Lookup order for the file: `--config PATH`, `$SING_CONFIG`, `/etc/sing/sing.toml`; with none of
+them the built-in defaults apply (the embedded demo needs no file). The current directory is not
+searched: a config file can name job sources and paths, so running `sing` in someone else's
+directory must not pick up their `sing.toml`; a file there is read only when named explicitly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import tomllib
 import types
@@ -21,7 +24,12 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-DEFAULT_LOCATIONS = (Path("sing.toml"), Path("/etc/sing/sing.toml"))
+log = logging.getLogger(__name__)
+
+# The one place searched when no file is named; only root can write there.
+SYSTEM_CONFIG = Path("/etc/sing/sing.toml")
+# The --config help of every entry point.
+CONFIG_HELP = f"site config file (default: $SING_CONFIG, then {SYSTEM_CONFIG})"
 
 # Top-level sections a site file may contain; the owning dataclass lives in each package.
 KNOWN_SECTIONS = (
@@ -79,24 +87,30 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Config:
-        """Read the config from `path`, `$SING_CONFIG` or a default location, or use defaults."""
+        """Read the config from `path`, `$SING_CONFIG` or /etc/sing/sing.toml, or use defaults."""
         candidate = path or os.environ.get("SING_CONFIG")
         if candidate:
             file = Path(candidate)
             if not file.is_file():
                 raise ConfigError(f"config file {file} does not exist (from --config/SING_CONFIG)")
             return cls._from_file(file)
-        for file in DEFAULT_LOCATIONS:
-            if file.is_file():
-                return cls._from_file(file)
+        if Path("sing.toml").is_file():
+            log.warning(
+                "ignoring ./sing.toml: the current directory is not searched; "
+                "pass --config sing.toml to use it"
+            )
+        if SYSTEM_CONFIG.is_file():
+            return cls._from_file(SYSTEM_CONFIG)
         return cls({}, None)
 
     @classmethod
     def _from_file(cls, file: Path) -> Config:
         try:
-            data = tomllib.loads(file.read_text())
-        except tomllib.TOMLDecodeError as err:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"{file}: not valid TOML: {err}") from err
+        except OSError as err:
+            raise ConfigError(f"{file}: cannot read: {err.strerror}") from err
         return cls(data, file.resolve())
 
     def section(self, name: str, schema: type[T]) -> T:

@@ -4,6 +4,7 @@ not say which job holds a GPU: keyed by (cluster, node, GPU), lowest numeric id 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from collector.service import Collector
 from collector.settings import CollectorSettings
 from collector.targets import target_from
 from sing.config import Config
+from sing.errors import UserError
 from tests.http_stub import serving
 from warehouse.store import Warehouse
 
@@ -71,8 +73,9 @@ def jobs_of_gpus(wh: Warehouse, ts: datetime, cluster: str = "campus") -> dict[i
 
 
 def test_synced_allocations_stamp_samples_and_resync_adds_no_duplicates(
-    tmp_path: Path, dcgm_target: str
+    tmp_path: Path, dcgm_target: str, install_source
 ) -> None:
+    install_source(f"{__name__}:fake_executor_sync")
     config = Config({"collector": {"job_sync": f"{__name__}:fake_executor_sync"}})
     settings = config.section("collector", CollectorSettings)
     wh = Warehouse(tmp_path / "wh")
@@ -116,4 +119,17 @@ def test_default_job_sync_needs_an_executor_section(tmp_path: Path) -> None:
     # The local executor with no jobs: a sync that writes nothing and raises nothing.
     executor_sync(config, Warehouse(tmp_path / "wh"))
     assert load_job_sync("", config) is None
-    assert load_job_sync("no_such_module_xyz:f", config) is None
+
+
+def test_a_source_not_installed_is_refused_unimported(install_source) -> None:
+    """A config names only installed sources: other module paths are never imported."""
+    refused = (
+        r"job_sync = 'tests.sentinel_source:run' is not an installed source "
+        r"\(entry point group 'sing.sources'\); installed: .*collector.jobsync:executor_sync"
+    )
+    with pytest.raises(UserError, match=refused):
+        load_job_sync("tests.sentinel_source:run", Config({}))
+    assert "tests.sentinel_source" not in sys.modules
+    # Installed but gone (the package was removed): the source is off, scraping goes on.
+    install_source("no_such_module_xyz:f")
+    assert load_job_sync("no_such_module_xyz:f", Config({})) is None

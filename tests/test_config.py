@@ -7,12 +7,17 @@ the dataclasses define appears in both, and the example file passes validation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from sing import config as config_module
 from sing.config import KNOWN_SECTIONS, Config, ConfigError, SiteSettings, Thresholds
 from tests.test_analytics import ROOT, run_sing
 
@@ -63,14 +68,52 @@ def test_no_file_gives_defaults() -> None:
 
 
 def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    local = write(tmp_path / "sing.toml", '[site]\ncluster = "from-cwd"\n')
+    system = write(tmp_path / "system.toml", '[site]\ncluster = "from-etc"\n')
     env = write(tmp_path / "env.toml", '[site]\ncluster = "from-env"\n')
     flag = write(tmp_path / "flag.toml", '[site]\ncluster = "from-flag"\n')
-    assert Config.load().site.cluster == "from-cwd"
-    assert Config.load().path == local.resolve()
+    monkeypatch.setattr(config_module, "SYSTEM_CONFIG", system)
+    assert Config.load().site.cluster == "from-etc"
+    assert Config.load().path == system.resolve()
     monkeypatch.setenv("SING_CONFIG", str(env))
     assert Config.load().site.cluster == "from-env"
     assert Config.load(flag).site.cluster == "from-flag"
+
+
+def test_the_current_directory_is_not_searched(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = write(tmp_path / "sing.toml", '[site]\ncluster = "from-cwd"\n')
+    assert Config.load().site.cluster == "campus"
+    assert "ignoring ./sing.toml" in caplog.text
+    assert Config.load("sing.toml").path == local.resolve()  # named explicitly: read
+
+
+HOSTILE_MODULE = """
+from pathlib import Path
+Path(__file__).with_name("imported.flag").write_text("their code ran")
+def run(*args):
+    pass
+"""
+
+
+def test_a_hostile_sing_toml_in_the_current_directory_runs_no_code(tmp_path: Path) -> None:
+    """Someone's directory holds a sing.toml naming their module as the job source. Running
+    `sing collector` there (as `python -m`, so the directory is even on sys.path) reads
+    neither; named with --config, the file is read but the source is refused, not imported."""
+    write(tmp_path / "evil_source.py", HOSTILE_MODULE)
+    write(tmp_path / "sing.toml", '[collector]\njob_sync = "evil_source:run"\n')
+    command = [sys.executable, "-m", "sing.cli", "collector", "--once", "--target", "127.0.0.1:9"]
+    env = {k: v for k, v in os.environ.items() if k not in ("SING_CONFIG", "SING_WAREHOUSE")}
+    run = functools.partial(
+        subprocess.run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    implicit = run(command)
+    assert "ignoring ./sing.toml" in implicit.stderr
+    assert "0/1 targets up" in implicit.stdout  # the collector did run, without the file
+    explicit = run([*command[:3], "--config", "sing.toml", *command[3:]])
+    assert explicit.returncode == 1
+    assert "job_sync = 'evil_source:run' is not an installed source" in explicit.stderr
+    assert not (tmp_path / "imported.flag").exists()
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:

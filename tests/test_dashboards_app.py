@@ -17,7 +17,7 @@ from dashboards import access
 from dashboards.settings import DashboardSettings, RoleSettings
 from executors.records import JobRecord, to_tables
 from sing.config import Config, ConfigError
-from tests.shared_data import PHILLY
+from tests.shared_data import PHILLY, require
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
 
@@ -358,9 +358,8 @@ def test_simulator_compares_policies_on_warehouse_jobs_and_philly(warehouse: War
     assert set(shown) >= {f"{p}: GPUs assigned" for p in ("fcfs", "sing", "easy", "sjf")}
     wait = {p: float(shown[f"{p}: mean wait"].removesuffix(" h")) for p in ("fcfs", "sing")}
     assert wait["sing"] <= wait["fcfs"]  # backfill never makes the mean wait worse here
-    philly = [o for o in at.radio(key="source").options if "philly" in o]
-    if not philly:
-        pytest.skip("the Philly trace file is not in this checkout")
+    require(PHILLY)
+    assert any("philly" in o for o in at.radio(key="source").options)
     at.radio(key="source").set_value(at.radio(key="source").options[1]).run()
     at.date_input(key="window").set_value((datetime(2017, 10, 23).date(),) * 2).run()
     at.multiselect(key="policies").set_value(["fcfs", "sing"]).run()

@@ -7,6 +7,7 @@ warehouse/job_notes.toml (or none: `healthy`), so a note that fires too often or
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -182,6 +183,30 @@ def test_note_condition_that_is_not_sql_is_a_user_error(
     con = wh.connect()
     with pytest.raises(UserError, match="note"):
         job_report(con, "healthy", Thresholds(), [note], at(24))
+
+
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        ("(SELECT count(*) FROM read_text('{secret}')) > 0", "'SELECT' is not a figure"),
+        ("length(read_text('{secret}')) > 0", "'length' is not a figure"),
+        (
+            "true); COPY (SELECT 1) TO '{secret}'; SELECT (1",
+            "'; COPY (SELECT 1) TO' is not allowed",
+        ),
+        ('"mean_util" < 1', "'\"mean_util\" < 1' is not allowed"),
+    ],
+)
+def test_note_condition_cannot_read_or_write_files(
+    wh: Warehouse, tmp_path: Path, when: str, message: str
+) -> None:
+    """A notes file holds conditions, not queries: no functions, subqueries or statements."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    note = {"when": when.format(secret=secret), "say": "leaked"}
+    with pytest.raises(UserError, match=re.escape(message)):
+        job_report(wh.connect(), "healthy", Thresholds(), [note], at(24))
+    assert secret.read_text() == "private"
 
 
 # ---- the `sing job` command -------------------------------------------------------------

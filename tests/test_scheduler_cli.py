@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.workload import read_trace
 from sing.cli import main
-from tests.shared_data import PHILLY
+from tests.shared_data import PHILLY, require
 
 TRACE = (
     "job_id,user,submit_time,duration_s,num_gpus\n"
@@ -99,7 +99,7 @@ def test_bad_policy_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_reads_the_real_philly_file() -> None:
-    w = read_trace(PHILLY)
+    w = read_trace(require(PHILLY))
     assert len(w) == 82_247
     assert w.job_id[0] == "philly-2" and w.user[0] == "11cb48"
     assert w.submit[0] == 1507532515.0  # 2017-10-09 07:01:55, read as UTC
@@ -109,7 +109,7 @@ def test_reads_the_real_philly_file() -> None:
 
 
 def test_philly_week_on_64x8(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["simulate", "--trace", str(PHILLY), "--nodes", "64", "--gpus-per-node", "8",
+    argv = ["simulate", "--trace", str(require(PHILLY)), "--nodes", "64", "--gpus-per-node", "8",
             "--since", "2017-10-23", "--until", "2017-10-30", "--json"]  # fmt: skip
     assert main(argv) == 0
     rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
@@ -128,7 +128,7 @@ def test_large_job_week_shows_the_backfill_gap(capsys: pytest.CaptureFixture[str
     # docs/scheduler.md, "The paper's shape": the week where >= 8-GPU jobs hold 76% of the
     # GPU-time, on a cluster matching its offered load. Backfill keeps 6-10 points more GPUs
     # busy while jobs wait (measured: fcfs 88.7%, sing 94.6%, easy 97.0%).
-    argv = ["simulate", "--trace", str(PHILLY), "--nodes", "32", "--gpus-per-node", "8",
+    argv = ["simulate", "--trace", str(require(PHILLY)), "--nodes", "32", "--gpus-per-node", "8",
             "--since", "2017-11-20", "--until", "2017-11-27", "--json"]  # fmt: skip
     assert main(argv) == 0
     busy = {r["policy"]: r["busy_assignment"] for r in json.loads(capsys.readouterr().out)}
@@ -140,7 +140,7 @@ def test_large_job_week_shows_the_backfill_gap(capsys: pytest.CaptureFixture[str
 def test_busy_week_reproduces_the_papers_assignment_gap(capsys: pytest.CaptureFixture[str]) -> None:
     # docs/scheduler.md, "the paper's gap": ~96% of GPUs assigned with backfill against ~75% under
     # FCFS. Measured: fcfs 78.0%, sing (default settings) 96.5%, easy 98.4%.
-    argv = ["simulate", "--trace", str(PHILLY), "--nodes", "28", "--gpus-per-node", "8",
+    argv = ["simulate", "--trace", str(require(PHILLY)), "--nodes", "28", "--gpus-per-node", "8",
             "--since", "2017-10-17", "--until", "2017-10-24", "--policy", "fcfs,sing",
             "--json"]  # fmt: skip
     assert main(argv) == 0

@@ -19,7 +19,7 @@ import pytest
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload, read_trace
-from tests.shared_data import PHILLY
+from tests.shared_data import PHILLY, require
 
 FIXTURE = Path(__file__).parent / "fixtures/scheduler/philly_starts.csv"
 # A busy stretch: the first 3,000 jobs from 2017-10-23 (50 h) on 32 x 8 GPUs keep a queue of
@@ -41,7 +41,7 @@ VARIANTS = {
 
 
 def philly_jobs() -> Workload:
-    return read_trace(PHILLY).window(SINCE).sorted_by_submit().select(list(range(JOBS)))
+    return read_trace(require(PHILLY)).window(SINCE).sorted_by_submit().select(list(range(JOBS)))
 
 
 def waits(jobs: Workload, settings: SchedulerSettings) -> list[int]:

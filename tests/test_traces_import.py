@@ -11,7 +11,7 @@ import pytest
 
 from sing.cli import main
 from sing.errors import UserError
-from tests.shared_data import PHILLY
+from tests.shared_data import PHILLY, require
 from traces.importers import import_trace
 from traces.read import jobs_for_simulation
 from traces.swf import write_swf
@@ -29,8 +29,8 @@ def figures(trace: Path) -> dict:
     return json.loads((trace / "aggregates.json").read_text())
 
 
-@pytest.mark.skipif(not PHILLY.is_file(), reason="shared Philly trace not present")
 def test_philly_jobs_file_keeps_every_job_and_all_gpu_seconds(tmp_path):
+    require(PHILLY)
     source = pl.read_csv(PHILLY).drop_nulls()  # the file ends with a blank line
     out = import_trace("philly", PHILLY, tmp_path / "philly")
     agg = figures(out)

@@ -2,12 +2,16 @@
 
 The notes are data (`job_notes.toml`, or the file named by [thresholds] notes_file): a SQL
 condition over the job's figures and a message template, so admins change wording and
-thresholds without touching code.
+thresholds without touching code. A condition is only arithmetic and comparisons of figures,
+thresholds and literals (checked before it runs): no functions, subqueries or statements, so a
+notes file cannot read or write files through DuckDB.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Collection
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,6 +141,7 @@ def evaluate_notes(
     select = ", ".join(f"${n} AS {n}" for n in names)
     said = []
     for note in notes:
+        _check_condition(note["when"], names)
         try:
             hit = con.execute(
                 f"SELECT coalesce(({note['when']}), false) FROM (SELECT {select})", figures
@@ -146,6 +151,31 @@ def evaluate_notes(
         if hit:
             said.append(note["say"].format_map(_Blank(figures)))
     return said
+
+
+# A condition's tokens: names, numbers, 'text' literals, comparison and arithmetic operators.
+_TOKEN = re.compile(
+    r"\s*(?:(?P<name>[A-Za-z_]\w*)|(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|'[^']*'|<=|>=|<>|!=|[<>=+\-*/%()])"
+)
+_KEYWORDS = frozenset({"and", "or", "not", "is", "null", "true", "false", "between"})
+
+
+def _check_condition(when: str, names: Collection[str]) -> None:
+    """Refuse a condition that is more than figures, literals and operators."""
+    pos, end = 0, len(when.rstrip())
+    while pos < end:
+        token = _TOKEN.match(when, pos)
+        if not token:
+            bad = when[pos:].strip()[:20]
+            raise UserError(
+                f"job note condition {when!r}: {bad!r} is not allowed "
+                "(figures, numbers, 'text', comparisons, arithmetic, AND/OR/NOT)"
+            )
+        name = token.group("name")
+        if name and name.lower() not in _KEYWORDS and name not in names:
+            raise UserError(f"job note condition {when!r}: {name!r} is not a figure or threshold")
+        pos = token.end()
 
 
 def _derived(job: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from traces import sql
 from traces.format import JOBS, conform, state_sql
 
 LINE = "_line"
+# Unix seconds of 0001-01-01 and 9999-12-31 23:59:59: the times a datetime can hold.
+EPOCH_RANGE_S = (-62_135_596_800, 253_402_300_799)
 NULL_TOKENS = ["", "None", "none", "NULL", "null", "NaN", "nan", "-"]
 
 # Columns a source module hands over (times as UTC datetimes); any may be null.
@@ -87,11 +89,13 @@ def header_file(path: Path) -> list[str]:
 
 
 def number(df: pl.DataFrame, column: str, path: Path, dtype=pl.Float64) -> pl.Series:
-    """A column as numbers; the first value that is not one is an error naming its line."""
+    """A column as finite numbers (whole ones for Int64, in its range); the first value that
+    is not one is an error naming its line."""
     values = df[column].str.strip_chars().cast(pl.Float64, strict=False)
-    _fail_on_unparsed(df, column, values, path, "a number")
+    values = pl.select(pl.when(values.is_finite()).then(values)).to_series()
     if dtype == pl.Int64:
-        return values.round(0).cast(pl.Int64)
+        values = values.round(0).cast(pl.Int64, strict=False)  # out of range: null, reported
+    _fail_on_unparsed(df, column, values, path, "a number")
     return values
 
 
@@ -108,6 +112,8 @@ def times(df: pl.DataFrame, column: str, path: Path, timezone: str) -> pl.Series
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
         ).dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
     parsed = parsed.dt.convert_time_zone("UTC")
+    # Only what a datetime can hold: 0001-01-01 00:00 in UTC+8 is in the year 0 in UTC.
+    parsed = pl.select(pl.when(parsed.dt.year().is_between(1, 9999)).then(parsed)).to_series()
     _fail_on_unparsed(df, column, parsed, path, f"a time like 2020-01-31 23:59:59 ({timezone})")
     return parsed
 
@@ -115,6 +121,8 @@ def times(df: pl.DataFrame, column: str, path: Path, timezone: str) -> pl.Series
 def seconds_since_epoch(df: pl.DataFrame, column: str, path: Path) -> pl.Series:
     """A column of (possibly shifted) Unix times in seconds, as UTC datetimes."""
     values = number(df, column, path)
+    in_range = pl.select(pl.when(values.is_between(*EPOCH_RANGE_S)).then(values)).to_series()
+    _fail_on_unparsed(df, column, in_range, path, "Unix seconds within the years 1-9999")
     return (values * 1e6).cast(pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
 
 

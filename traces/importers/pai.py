@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from sing.errors import UserError
 from traces.importers.common import (
     Source,
     header_file,
@@ -29,7 +30,7 @@ def load(path: Path, timezone: str) -> Source:
     df = read_table(
         path,
         columns=header_file(path.with_suffix(".header")),
-        required=("job_name", "user", "status", "start_time"),
+        required=("job_name", "user", "status", "start_time", "end_time"),
     )
     submit = seconds_since_epoch(df, "start_time", path)
     require(df, submit, "start_time", path)
@@ -77,6 +78,10 @@ def _task_summary(path: Path) -> pl.DataFrame:
             "start": seconds_since_epoch(df, "start_time", path),
         }
     )
-    return tasks.group_by("job_id").agg(
-        pl.col("gpus").sum().ceil().cast(pl.Int64).alias("num_gpus"), pl.col("start").min()
-    )
+    jobs = tasks.group_by("job_id").agg(pl.col("gpus").sum().ceil(), pl.col("start").min())
+    huge = jobs.filter(pl.col("gpus").abs() >= 2**53)  # past this a float sum is not exact
+    if huge.height:
+        raise UserError(
+            f"{path}: job {huge['job_id'][0]}: {huge['gpus'][0]:g} GPUs is out of range"
+        )
+    return jobs.select("job_id", pl.col("gpus").cast(pl.Int64).alias("num_gpus"), "start")

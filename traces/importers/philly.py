@@ -59,8 +59,9 @@ def _load_job_log(path: Path, timezone: str) -> Source:
         entries = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: not a readable JSON cluster_job_log: {err}") from err
-    if not isinstance(entries, list):
-        raise UserError(f"{path}: expected a JSON list of jobs, got {type(entries).__name__}")
+    if not isinstance(entries, list) or not entries:
+        got = type(entries).__name__ if entries else "no jobs"
+        raise UserError(f"{path}: expected a JSON list of jobs, got {got}")
     rows = []
     for i, job in enumerate(entries):
         try:
