@@ -8,8 +8,12 @@ The two sources never mix: a header means nothing under OIDC, claims nothing und
   request without exactly that secret is refused, whatever name it carries.
 - "oidc": Streamlit's st.login; the claims of the identity token come back in a cookie signed
   with the [auth] cookie_secret (`st.user`). `user_claim` names the user. An address counts
-  only when its domain is in `allowed_domains` (another domain's alice is not our alice) and,
-  for the `email` claim, when the provider says it verified it (`email_verified`).
+  only when its domain is in `allowed_domains` (another domain's alice is not our alice, and
+  only ASCII domains compare: "K" (Kelvin sign) must not pass for "k"), and when the provider
+  verified it: it is the `email` claim with `email_verified`. A bare name counts only when the
+  site declares that the provider's administrators assign the claim's values
+  (`user_claim_is_assigned`): OIDC Core 5.7 lets users pick `preferred_username`, so on most
+  providers a bare name proves nothing.
 
 `identify` answers a `Viewer`, a `Refusal` (an identity was claimed but not proved: the app
 shows why and grants no role), or None (nobody claimed one: the OIDC sign-in screen, or the
@@ -132,13 +136,38 @@ def oidc_user(settings: DashboardSettings, claims: Mapping[str, Any]) -> str | R
             "admins to have the identity provider release it."
         )
     value = value.strip()
-    verified = claims.get("email_verified")
-    if claim == "email" and verified is not True and verified != "true":  # some send a string
-        return Refusal(f"Your identity provider has not verified the address {value}.")
     if "@" not in value:
-        return value
+        if settings.user_claim_is_assigned:
+            return value
+        return Refusal(
+            f"Your sign-in's {claim} {value!r} is no address, and this site has not declared "
+            "the names in that claim assigned by the identity provider's administrators "
+            "([dashboard] user_claim_is_assigned), so it names nobody here."
+        )
+    if not value.isascii():  # str.lower() folds look-alikes such as the Kelvin sign to "k"
+        return Refusal(f"{value!r} is not an ASCII address, so it names nobody here.")
+    if not verified_address(value, claims):
+        return Refusal(f"Your identity provider has not verified the address {value}.")
+    return address_user(value, settings.allowed_domains)
+
+
+def verified_address(value: str, claims: Mapping[str, Any]) -> bool:
+    """Whether `value` is the address the provider verified: `email_verified` vouches only
+    for the `email` claim, so an address in another claim must be that one."""
+    verified = claims.get("email_verified")
+    email = claims.get("email")
+    return (
+        (verified is True or verified == "true")  # some providers send a string
+        and isinstance(email, str)
+        and email.isascii()
+        and email.strip().lower() == value.lower()
+    )
+
+
+def address_user(value: str, allowed_domains: Sequence[str]) -> str | Refusal:
+    """The user name of an ASCII address in an allowed domain: the part before the last "@"."""
     name, _, domain = value.rpartition("@")
-    allowed = {d.lower() for d in settings.allowed_domains}
+    allowed = {d.lower() for d in allowed_domains}
     if domain.lower() not in allowed:
         return Refusal(
             f"{value}: accounts of {domain} are not users of this cluster "

@@ -27,10 +27,13 @@ class DashboardSettings:
     # auth = "header": a file holding the secret the proxy sends in X-Sing-Proxy-Secret, owned
     # by the dashboard's user, mode 600. Relative paths: from the config file's directory.
     proxy_secret_file: str = ""
-    # auth = "oidc": the claim naming the user, e.g. "email" or "preferred_username". A value
-    # with "@" counts only under `allowed_domains` (the part before "@" is the user name); the
-    # email claim also needs email_verified.
+    # auth = "oidc": the claim naming the user. A value with "@" counts only under
+    # `allowed_domains` (the part before "@" is the user name) and only as the verified email
+    # (email_verified). A bare name (e.g. "preferred_username", "sub") counts only with
+    # `user_claim_is_assigned`: the site's word that its single-tenant provider's
+    # administrators assign those names and users cannot pick or change them.
     user_claim: str = "email"
+    user_claim_is_assigned: bool = False
     allowed_domains: tuple[str, ...] = ()
     # Job traces the Simulator page offers besides the warehouse's own jobs (simple CSV or the
     # Philly jobs file; see docs/scheduler.md). Relative paths: from the config file's directory.
@@ -54,6 +57,17 @@ class DashboardSettings:
             )
         if self.auth == "header" and self.demo:
             raise ConfigError('[dashboard] demo = true needs auth = "oidc"; "header" has no demo')
+        if self.user_claim_is_assigned and self.user_claim == "email":
+            raise ConfigError(
+                "[dashboard] user_claim_is_assigned = true is for a claim of assigned user "
+                'names (e.g. "preferred_username"); the "email" claim is checked as an address'
+            )
+        for domain in self.allowed_domains:
+            if not domain.isascii():
+                raise ConfigError(
+                    f"[dashboard] allowed_domains: {domain!r} is not ASCII; write an "
+                    "internationalized domain in its xn-- form"
+                )
         if not 0 < self.port < 65536:
             raise ConfigError(f"[dashboard] port = {self.port} is not a TCP port")
 

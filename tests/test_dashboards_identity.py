@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,17 +79,69 @@ def test_a_missing_claim_is_refused(value: object) -> None:
     assert refused(oidc(claims), "carries no 'email'")
 
 
-def test_a_username_claim_names_the_user_and_an_address_in_it_needs_the_domain() -> None:
-    by_name = DashboardSettings(
-        auth="oidc", user_claim="preferred_username", allowed_domains=("campus.edu",)
+def by_name(assigned: bool, claim: str = "preferred_username") -> DashboardSettings:
+    return DashboardSettings(
+        auth="oidc",
+        user_claim=claim,
+        user_claim_is_assigned=assigned,
+        allowed_domains=("campus.edu",),
     )
-    # email_verified is about the email claim; the provider asserts its own user names.
-    assert oidc({"preferred_username": "ghopper"}, by_name) == Viewer("ghopper", "admin")
-    assert oidc({"preferred_username": "rsearch@campus.edu"}, by_name).role == "researcher"
-    assert refused(oidc({"preferred_username": "ghopper@evil.org"}, by_name), "evil.org")
-    answer = oidc({"email": "ghopper@campus.edu", "email_verified": True}, by_name)
-    assert refused(answer, "carries no 'preferred_username'")
-    assert refused(oidc({"preferred_username": "../root"}, by_name), "not a cluster user name")
+
+
+@pytest.mark.parametrize("claim", ["preferred_username", "sub"])
+def test_a_bare_name_counts_only_where_the_site_says_admins_assign_it(claim: str) -> None:
+    # OIDC Core 5.7: users may pick preferred_username, so by default "ghopper" proves nothing,
+    # with or without allowed_domains.
+    not_assigned = "is no address, and this site has not declared the names in that claim"
+    assert refused(oidc({claim: "ghopper"}, by_name(False, claim)), not_assigned)
+    no_domains = DashboardSettings(auth="oidc", user_claim=claim)
+    assert refused(oidc({claim: "ghopper"}, no_domains), "user_claim_is_assigned")
+    assert refused(oidc({"email": "ghopper", "email_verified": True}), not_assigned)
+    # The site's word that its provider's admins assign these names: the name is the user.
+    assert oidc({claim: "ghopper"}, by_name(True, claim)) == Viewer("ghopper", "admin")
+    assert refused(oidc({claim: "../root"}, by_name(True, claim)), "not a cluster user name")
+    answer = oidc({"email": "ghopper@campus.edu", "email_verified": True}, by_name(True, claim))
+    assert refused(answer, f"carries no {claim!r}")
+
+
+@pytest.mark.parametrize("assigned", [False, True])
+def test_an_address_in_another_claim_counts_only_as_the_verified_email(assigned: bool) -> None:
+    settings = by_name(assigned)
+    unverified = "has not verified the address rsearch@campus.edu"
+    # email_verified vouches for the email claim only, not for an address a user typed elsewhere.
+    assert refused(oidc({"preferred_username": "rsearch@campus.edu"}, settings), unverified)
+    claims = {"preferred_username": "rsearch@campus.edu", "email_verified": False}
+    assert refused(oidc(claims, settings), unverified)
+    claims = {
+        "preferred_username": "rsearch@campus.edu",
+        "email": "mallory@gmail.com",
+        "email_verified": True,
+    }
+    assert refused(oidc(claims, settings), unverified)
+    claims = {**claims, "email": "RSearch@campus.edu"}
+    assert oidc(claims, settings) == Viewer("rsearch", "researcher")
+    claims = {"preferred_username": "ghopper@evil.org", "email": "ghopper@evil.org"}
+    assert refused(oidc({**claims, "email_verified": True}, settings), "accounts of evil.org")
+
+
+def test_only_ascii_addresses_compare() -> None:
+    # str.lower() turns the Kelvin sign into "k": "campus.edu" must not match a look-alike.
+    kelvin = DashboardSettings(auth="oidc", allowed_domains=("kth.se",))
+    answer = oidc({"email": "ghopper@\u212ath.se", "email_verified": True}, kelvin)
+    assert refused(answer, "is not an ASCII address")
+    assert oidc({"email": "ghopper@KTH.se", "email_verified": True}, kelvin).role == "admin"
+    answer = oidc({"email": "ghopper@campus.\u0435du", "email_verified": True})  # Cyrillic e
+    assert refused(answer, "is not an ASCII address")
+    answer = oidc({"email": "gh\u043epper@campus.edu", "email_verified": True})  # Cyrillic o
+    assert refused(answer, "is not an ASCII address")
+    # A verified look-alike email does not vouch for an ASCII address in another claim either.
+    claims = {
+        "preferred_username": "ghopper@kth.se",
+        "email": "ghopper@\u212ath.se",
+        "email_verified": True,
+    }
+    answer = oidc(claims, replace(kelvin, user_claim="preferred_username"))
+    assert refused(answer, "has not verified the address ghopper@kth.se")
 
 
 def test_nobody_before_sign_in_and_headers_mean_nothing_under_oidc() -> None:
@@ -149,14 +202,34 @@ def test_the_secret_file_must_be_private_and_strong(tmp_path: Path) -> None:
         read_proxy_secret(tmp_path / "missing")
 
 
-def test_header_mode_needs_a_secret_file_and_has_no_demo(tmp_path: Path) -> None:
+def dashboard_section(tmp_path: Path, text: str) -> DashboardSettings:
     file = tmp_path / "sing.toml"
-    file.write_text('[dashboard]\nauth = "header"\n')
-    with pytest.raises(ConfigError, match="needs proxy_secret_file"):
-        Config.load(file).section("dashboard", DashboardSettings)
-    file.write_text('[dashboard]\nauth = "header"\nproxy_secret_file = "s"\ndemo = true\n')
-    with pytest.raises(ConfigError, match='demo = true needs auth = "oidc"'):
-        Config.load(file).section("dashboard", DashboardSettings)
+    file.write_text(f"[dashboard]\n{text}\n")
+    return Config.load(file).section("dashboard", DashboardSettings)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('auth = "header"', "needs proxy_secret_file"),
+        (
+            'auth = "header"\nproxy_secret_file = "s"\ndemo = true',
+            'demo = true needs auth = "oidc"',
+        ),
+        ("user_claim_is_assigned = true", 'the "email" claim is checked as an address'),
+        ('allowed_domains = ["campus.edu", "\u212ath.se"]', "is not ASCII; write an internation"),
+    ],
+)
+def test_the_dashboard_settings_refuse_unsafe_combinations(
+    tmp_path: Path, text: str, error: str
+) -> None:
+    with pytest.raises(ConfigError, match=error):
+        dashboard_section(tmp_path, text)
+
+
+def test_a_claim_of_assigned_names_is_a_setting(tmp_path: Path) -> None:
+    text = 'user_claim = "preferred_username"\nuser_claim_is_assigned = true'
+    assert dashboard_section(tmp_path, text).user_claim_is_assigned
 
 
 def sing_dashboard(config: Path, *args: str) -> subprocess.CompletedProcess:
