@@ -148,9 +148,9 @@ def phase_log(days: int, commits: int) -> dict:
                 ts = END + timedelta(days=day, seconds=86_400 * k // commits)
                 wh.append("gpu_samples", pa.table({"ts": [ts], "node": ["n1"]}))
                 wh.checkpoint_due()
-                if k % 20 == 19:
+                if k % 20 == 19 and k < commits - 1:
                     maintenance.compact(wh, ts)
-            maintenance.compact(wh, END + timedelta(days=day + 1))
+            maintenance.compact(wh, END + timedelta(days=day + 1))  # rolls the day up
             for entry in log_dir.iterdir():
                 if entry.stat().st_mtime > now - age_s:
                     os.utime(entry, (now - age_s, now - age_s))
@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--days", type=int, nargs="*", default=[90, 365])
     parser.add_argument("--log-days", type=int, default=365)
-    parser.add_argument("--commits", type=int, default=40, help="commits per simulated day")
+    parser.add_argument("--commits", type=int, default=20, help="commits per simulated day")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()

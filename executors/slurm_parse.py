@@ -156,7 +156,11 @@ def _json_tres(job: _Job, path: str) -> list[tuple[str, int | None]]:
         raise UserError(f"{job.where}: field {path!r} should be a list, got {items!r}")
     entries = []
     for item in items:
-        if not isinstance(item, dict) or "type" not in item or "count" not in item:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("type"), str)
+            or "count" not in item
+        ):
             raise UserError(
                 f"{job.where}: field {path!r} has an entry without type/count: {item!r}"
             )

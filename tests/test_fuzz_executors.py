@@ -84,7 +84,7 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> str:
     return json.dumps(dump)
 
 
-@fuzz(1500)
+@fuzz(2000)
 @given(st.one_of(mutated(SQUEUE), st.text(max_size=50)))
 @example(json.dumps({"jobs": [], "errors": 5}))
 def test_squeue_gives_records_or_a_user_error(text: str) -> None:
@@ -92,8 +92,9 @@ def test_squeue_gives_records_or_a_user_error(text: str) -> None:
         parse_squeue(text, "campus")
 
 
-@fuzz(1500)
+@fuzz(2000)
 @given(mutated(SACCT), st.lists(NEAR_MISS | st.text(max_size=12), max_size=4))
+@example(json.dumps(SACCT).replace('"type": "cpu"', '"type": null', 1), [])  # TRES without a type
 def test_sacct_gives_records_or_a_user_error(text: str, extra_lines: list[str]) -> None:
     with contextlib.suppress(UserError):
         parse_sacct(text, SACCT_TEXT + "\n".join(extra_lines), "campus")
@@ -104,7 +105,7 @@ LINE_PIECES = st.sampled_from(["|", "1", "0", ":", "gpu", "gpu-1", "debug", "gpu
 LINES = st.lists(st.lists(LINE_PIECES, max_size=8).map("".join), max_size=5).map("\n".join)
 
 
-@fuzz(1500)
+@fuzz(2000)
 @given(LINES | st.text(max_size=40))
 @example("1|root|\u00b2:0")  # a digit to str.isdigit() that int() refuses
 def test_sacct_text_and_sinfo_give_records_or_a_user_error(text: str) -> None:
@@ -136,7 +137,7 @@ def profile_text(fields: dict[str, Any]) -> str:
     return text.replace("'!!", "!!").replace("'&", "&").replace("'*", "*")
 
 
-@fuzz(800)
+@fuzz(2000)
 @given(
     st.one_of(
         st.dictionaries(PROFILE_KEYS, NODE, max_size=5).map(profile_text), st.text(max_size=60)

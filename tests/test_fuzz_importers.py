@@ -129,7 +129,7 @@ SOURCES = st.one_of(
 )
 
 
-@fuzz(300)
+@fuzz(1000)
 @given(SOURCES)
 @example(("philly", {"cluster_job_log.json": "[]"}))
 @example(("philly", {"p.csv": "timestamp,duration,num_gpus,cluster\n" + LAST + ",1,1,a\n"}))
