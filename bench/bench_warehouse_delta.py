@@ -9,6 +9,8 @@ measurement runs in its own child process with that checkout or this one first o
   interval); p50/p99/max of the appends alone, and the mean maintenance time; with `--load`,
   the same while one process per core spins and another writes and fsyncs 32 MB files in a
   loop (a busy head node);
+- long writer: one process making 3,000 appends (100 a simulated day for 30 days), as the
+  collector does for weeks; CPU per append on the last day;
 - bulk: one append of ROWS gpu_samples rows (one day);
 - log: a simulated year of commits (COMMITS a day, `checkpoint_due()` after each, maintenance
   every 20), each day stamped as that many days ago; the log's files and bytes over the year.
@@ -81,6 +83,35 @@ def phase_appends(batches: int) -> dict:
         "p99_ms": float(np.percentile(ms, 99)),
         "max_ms": float(ms.max()),
         "maintenance_ms": statistics.mean(maintenance) * 1000,
+    }
+
+
+def phase_long_writer(days: int, per_day: int) -> dict:
+    """One writer process over many commits, as the collector runs for weeks: `per_day` 128-row
+    appends a day for `days` days, `checkpoint_due()` after each, `compact()` every 20; the
+    CPU time of the last day's appends."""
+    import pyarrow as pa
+
+    from warehouse.store import Warehouse
+
+    nodes = [f"n{i // 8:02d}" for i in range(128)]
+    cpu = []
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse(tmp)
+        for k in range(days * per_day):
+            ts = END + timedelta(seconds=86_400 * k // per_day)
+            rows = {"ts": pa.array([ts] * 128, pa.timestamp("us", tz="UTC")), "node": nodes}
+            t0 = time.process_time()
+            wh.append("gpu_samples", pa.table(rows))
+            cpu.append(time.process_time() - t0)
+            if hasattr(wh, "checkpoint_due"):
+                wh.checkpoint_due()
+            if k % 20 == 19:
+                wh.compact(now=ts, settle_s=0)
+    last = np.array(cpu[-per_day:]) * 1000
+    return {
+        "cpu_p50_ms": float(np.percentile(last, 50)),
+        "cpu_p99_ms": float(np.percentile(last, 99)),
     }
 
 
@@ -157,7 +188,7 @@ def phase_log(days: int, commits: int) -> dict:
             entries = list(log_dir.iterdir())
             samples[day + 1] = (len(entries), sum(p.stat().st_size for p in entries))
         live = len(wh.live_files("gpu_samples"))
-    marks = [d for d in (1, 7, 30, 90, 180, 365, days) if d <= days]
+    marks = sorted({d for d in (1, 7, 30, 90, 180, 365) if d <= days} | {days})
     return {
         "days": marks,
         "files": [samples[d][0] for d in marks],
@@ -230,6 +261,7 @@ def main() -> None:
             "bulk": phase_bulk,
             "history": phase_history,
             "log": phase_log,
+            "long": phase_long_writer,
         }
         values = [int(a) if a.isdigit() else a for a in args.args]
         print(json.dumps(phases[args.phase](*values)))
@@ -252,6 +284,7 @@ def main() -> None:
             finally:
                 for process in load:
                     process.kill()
+        results[label]["long writer"] = run(checkout, "long", 30, 100)
         results[label]["bulk"] = run(checkout, "bulk", args.rows)
         for days in args.days:
             results[label][f"{days} days"] = run(checkout, "history", days, label)
@@ -259,6 +292,8 @@ def main() -> None:
     for name in ("appends", "appends loaded") if args.load else ("appends",):
         for key in ("p50_ms", "p99_ms", "max_ms", "maintenance_ms"):
             row(name, key, "ms")
+    for key in ("cpu_p50_ms", "cpu_p99_ms"):
+        row("long writer", key, "ms")
     row("bulk", "rows_per_s", "k/s", 1e-3)
     for days in args.days:
         for key in ("open_s", "jobs_report_s", "cluster_day_s"):
