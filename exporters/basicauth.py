@@ -49,8 +49,9 @@ class BasicAuth:
 
     def __init__(self, users: Mapping[str, bytes], cache_size: int = CACHE_SIZE) -> None:
         self.users = {user.encode(): hashed for user, hashed in users.items()}
-        # bcrypt of a random password nobody knows, at the usual cost 10.
-        self._decoy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(10))
+        # bcrypt of a random password nobody knows, at the highest cost configured: an unknown
+        # user must never answer faster than the slowest known one.
+        self._decoy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(max_cost(users)))
         self.bcrypt_runs = 0  # for tests and the bench: how often the cache missed
         self._secret = os.urandom(32)
         self._lock = threading.Lock()
@@ -78,6 +79,11 @@ class BasicAuth:
         with self._lock:
             (self._accepted if ok else self._refused).add(key)
         return ok
+
+
+def max_cost(users: Mapping[str, bytes]) -> int:
+    """The highest bcrypt cost among the hashes (`$2y$NN$...`), 10 when there are none."""
+    return max((int(hashed[4:6]) for hashed in users.values()), default=10)
 
 
 def _parse(header: str | None) -> tuple[bytes, bytes] | None:

@@ -10,6 +10,7 @@ response headers. Rendering the page is prometheus_client's `make_wsgi_app`, unc
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import ssl
@@ -65,8 +66,21 @@ class MetricsServer(ThreadingWSGIServer):
             conn.close()
 
     def _san_allowed(self, conn: ssl.SSLSocket) -> bool:
-        names = {value for _, value in (conn.getpeercert() or {}).get("subjectAltName", ())}
-        return bool(names & self.allowed_sans)
+        """Whether a SAN of the peer's certificate is allowed, compared by type: IP SANs as
+        addresses (ssl writes 2001:DB8:0:0:0:0:0:1 for 2001:db8::1), the others as text."""
+        ips = {_ip(name) for name in self.allowed_sans} - {None}
+        names = {name for name in self.allowed_sans if _ip(name) is None}
+        for kind, value in (conn.getpeercert() or {}).get("subjectAltName", ()):
+            if (_ip(value) in ips) if kind == "IP Address" else (value in names):
+                return True
+        return False
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
 
 
 def protect(app: WsgiApp, web: WebConfig) -> WsgiApp:

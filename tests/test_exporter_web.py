@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import ipaddress
 import json
 import socket
 import ssl
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry, Gauge
 
 from exporters.basicauth import BasicAuth
@@ -26,7 +29,7 @@ from exporters.web import MetricsServer, serve
 from exporters.webconfig import WebConfigError, load_web_config
 from sing.config import Config
 from sing.errors import UserError
-from tests.pki import Pki, make_pki
+from tests.pki import Pki, _cert, _key, _write, make_pki
 from tests.test_exporter_http import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,6 +201,25 @@ def test_bcrypt_runs_once_per_credentials_and_floods_do_not_evict_them() -> None
     assert not auth.allows(None) and not auth.allows("Bearer abc")
 
 
+def test_the_decoy_for_unknown_users_costs_as_much_as_the_dearest_known_hash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Else a wrong password for a known user at cost 12 takes longer than one for a user that
+    does not exist, and the timing tells which names exist."""
+    users = {"collector": bcrypt_hash(PASSWORD, cost=7), "prometheus": bcrypt_hash("x", cost=5)}
+    web = load_web_config(write_web_config(tmp_path / "web.yml", {"basic_auth_users": users}))
+    assert "bcrypt costs differ (collector 7, prometheus 5)" in caplog.text
+    auth = BasicAuth(web.users)
+    assert auth._decoy.startswith(b"$2b$07$")
+    assert not auth.allows(basic("nobody", PASSWORD))
+    caplog.clear()
+    same = {"collector": bcrypt_hash(PASSWORD, cost=5), "prometheus": bcrypt_hash("x", cost=5)}
+    assert BasicAuth(load_web_config(write_web_config(
+        tmp_path / "same.yml", {"basic_auth_users": same}
+    )).users)._decoy.startswith(b"$2b$05$")  # fmt: skip
+    assert "costs differ" not in caplog.text
+
+
 def test_tls_is_required_when_configured(served, pki: Pki) -> None:
     port = served(tls_auth_config(pki))
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
@@ -233,6 +255,38 @@ def test_client_allowed_sans_refuse_other_certificates(served, pki: Pki) -> None
     assert get(f"https://127.0.0.1:{allowed}/metrics", context, auth)[0] == 200
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         get(f"https://127.0.0.1:{other}/metrics", context, auth)
+
+
+@pytest.mark.parametrize(
+    ("san", "allowed", "accepted"),
+    [
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::1")), "2001:db8::1", True),
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::1")), "2001:DB8:0:0:0:0:0:1", True),
+        (x509.IPAddress(ipaddress.ip_address("10.0.0.1")), "10.0.0.1", True),
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::2")), "2001:db8::1", False),
+        (x509.DNSName("10.0.0.1"), "10.0.0.1", False),  # a DNS name is not an IP address
+        (x509.IPAddress(ipaddress.ip_address("10.0.0.1")), "collector.test", False),
+        (x509.DNSName("collector.test"), "collector.test", True),
+    ],
+)
+def test_client_allowed_sans_compare_ip_addresses_as_addresses_and_by_type(
+    served, pki: Pki, tmp_path: Path, san: x509.GeneralName, allowed: str, accepted: bool
+) -> None:
+    ca = (
+        x509.load_pem_x509_certificate(pki.ca.read_bytes()).subject,
+        serialization.load_pem_private_key(pki.ca.with_suffix(".key").read_bytes(), None),
+    )
+    key = _key()
+    _write(tmp_path / "peer", _cert("peer", key, ca, [san]), key)  # fmt: skip
+    tls = {"client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.ca)}
+    port = served(tls_auth_config(pki, **tls, client_allowed_sans=[allowed]))
+    context = client_context(pki, tmp_path / "peer.pem", tmp_path / "peer.key")
+    url, auth = f"https://127.0.0.1:{port}/metrics", basic("prometheus", PASSWORD)
+    if accepted:
+        assert get(url, context, auth)[0] == 200
+    else:
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            get(url, context, auth)
 
 
 def test_a_client_stuck_in_its_handshake_does_not_block_scrapes(served, pki: Pki) -> None:
