@@ -7,7 +7,10 @@ kept in memory and no secret is compared byte by byte in Python (bcrypt.checkpw 
 constant time). Accepted and refused credentials live in separate bounded caches, so a flood of
 wrong passwords cannot evict the scrapers' good ones. An unknown user is checked against a
 decoy hash, so the time taken does not tell which user names exist. One bcrypt runs at a time:
-a burst of new credentials costs one core, not all of them.
+a burst of new credentials costs one core, not all of them. And no queue of bcrypt runs builds
+up behind it: each client (IP address) has at most one check pending, and a check that cannot
+start within BCRYPT_WAIT_S is answered Busy (429) at once, so a flood of wrong passwords after a
+restart cannot push a scraper's first check past its timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from collections.abc import Mapping
 import bcrypt
 
 CACHE_SIZE = 100
+BCRYPT_WAIT_S = 1.0  # how long a new check waits for the running one before Busy
+
+
+class Busy(Exception):
+    """The credentials are not cached and no bcrypt can run for this client now; retry later."""
 
 
 class _Verdicts:
@@ -58,9 +66,11 @@ class BasicAuth:
         self._bcrypt_lock = threading.Lock()
         self._accepted = _Verdicts(cache_size)
         self._refused = _Verdicts(cache_size)
+        self._pending: set[str] = set()  # clients with a bcrypt running or waiting
 
-    def allows(self, header: str | None) -> bool:
-        """Whether the Authorization header names a user and that user's password."""
+    def allows(self, header: str | None, client: str = "") -> bool:
+        """Whether the Authorization header names a user and that user's password; Busy when
+        that takes a bcrypt and `client` already waits for one, or the wait is too long."""
         credentials = _parse(header)
         if credentials is None:
             return False
@@ -73,9 +83,20 @@ class BasicAuth:
                 return True
             if key in self._refused:
                 return False
-        with self._bcrypt_lock:
-            self.bcrypt_runs += 1
-            ok = _checkpw(password, hashed) and known
+            if client in self._pending:
+                raise Busy(client)
+            self._pending.add(client)
+        try:
+            if not self._bcrypt_lock.acquire(timeout=BCRYPT_WAIT_S):
+                raise Busy(client)
+            try:
+                self.bcrypt_runs += 1
+                ok = _checkpw(password, hashed) and known
+            finally:
+                self._bcrypt_lock.release()
+        finally:
+            with self._lock:
+                self._pending.discard(client)
         with self._lock:
             (self._accepted if ok else self._refused).add(key)
         return ok
