@@ -83,6 +83,7 @@ class MetricsServer(ThreadingWSGIServer):
     max_connections = MAX_CONNECTIONS
     max_per_client = MAX_PER_CLIENT
     request_deadline_s = TIMEOUT_S
+    request_queue_size = MAX_CONNECTIONS  # listen backlog: socketserver's 5 drops bursts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._open: Counter[str] = Counter()  # connections being served, per client address
