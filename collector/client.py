@@ -5,7 +5,9 @@ protected with `--web.config.file` is scraped by sing's collector and by Prometh
 client serves every target (as one Prometheus job does); `https` targets are verified against
 `tls_ca_file`, else the system's trust store, and the certificate must name the host the
 target is reached by. The password is read from a file once, at start, so it never sits in the
-site config.
+site config. TLS and basic auth settings need `scheme = "https"`: a password sent over plain
+HTTP is a password given away, so such a config is refused, and so is (per target) a file_sd
+group whose `__scheme__: http` would downgrade a secured site.
 """
 
 from __future__ import annotations
@@ -30,12 +32,23 @@ class ScrapeClient:
     def context(self) -> ssl.SSLContext:
         return self.tls or system_context()
 
+    @property
+    def secured(self) -> bool:
+        """Whether TLS or basic auth is configured, so plain http targets are refused."""
+        return self.tls is not None or self.authorization is not None
+
     @classmethod
     def from_settings(cls, s: CollectorSettings, config: Config) -> ScrapeClient:
         """The client the [collector] section describes; a bad setting is a UserError."""
         where = "[collector]"
         if s.scheme not in ("http", "https"):
             raise UserError(f"{where} scheme must be http or https, not {s.scheme!r}")
+        secured = s.tls_ca_file or s.tls_cert_file or s.basic_auth_username
+        if secured and s.scheme != "https":
+            raise UserError(
+                f'{where} TLS and basic auth settings need scheme = "https"; '
+                "over plain http the password would travel in clear"
+            )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):
             raise UserError(f"{where} tls_cert_file and tls_key_file go together")
         tls = None

@@ -50,6 +50,10 @@ def fetch(url: str, timeout_s: float, max_bytes: int, client: ScrapeClient = PLA
     deadline = time.monotonic() + timeout_s
     parts = urlsplit(url)
     conn: http.client.HTTPConnection
+    if parts.scheme == "http" and client.secured:
+        raise PayloadError(
+            "refused plain http: [collector] sets TLS or basic auth (a file_sd __scheme__: http?)"
+        )
     if parts.scheme == "http":
         conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     elif parts.scheme == "https":

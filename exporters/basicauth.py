@@ -7,7 +7,10 @@ kept in memory and no secret is compared byte by byte in Python (bcrypt.checkpw 
 constant time). Accepted and refused credentials live in separate bounded caches, so a flood of
 wrong passwords cannot evict the scrapers' good ones. An unknown user is checked against a
 decoy hash, so the time taken does not tell which user names exist. One bcrypt runs at a time:
-a burst of new credentials costs one core, not all of them.
+a burst of new credentials costs one core, not all of them. And no queue of bcrypt runs builds
+up behind it: each client (IP address) has at most one check pending, and a check that cannot
+start within BCRYPT_WAIT_S is answered Busy (429) at once, so a flood of wrong passwords after a
+restart cannot push a scraper's first check past its timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from collections.abc import Mapping
 import bcrypt
 
 CACHE_SIZE = 100
+BCRYPT_WAIT_S = 1.0  # how long a new check waits for the running one before Busy
+
+
+class Busy(Exception):
+    """The credentials are not cached and no bcrypt can run for this client now; retry later."""
 
 
 class _Verdicts:
@@ -49,17 +57,20 @@ class BasicAuth:
 
     def __init__(self, users: Mapping[str, bytes], cache_size: int = CACHE_SIZE) -> None:
         self.users = {user.encode(): hashed for user, hashed in users.items()}
-        # bcrypt of a random password nobody knows, at the usual cost 10.
-        self._decoy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(10))
+        # bcrypt of a random password nobody knows, at the highest cost configured: an unknown
+        # user must never answer faster than the slowest known one.
+        self._decoy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(max_cost(users)))
         self.bcrypt_runs = 0  # for tests and the bench: how often the cache missed
         self._secret = os.urandom(32)
         self._lock = threading.Lock()
         self._bcrypt_lock = threading.Lock()
         self._accepted = _Verdicts(cache_size)
         self._refused = _Verdicts(cache_size)
+        self._pending: set[str] = set()  # clients with a bcrypt running or waiting
 
-    def allows(self, header: str | None) -> bool:
-        """Whether the Authorization header names a user and that user's password."""
+    def allows(self, header: str | None, client: str = "") -> bool:
+        """Whether the Authorization header names a user and that user's password; Busy when
+        that takes a bcrypt and `client` already waits for one, or the wait is too long."""
         credentials = _parse(header)
         if credentials is None:
             return False
@@ -72,12 +83,28 @@ class BasicAuth:
                 return True
             if key in self._refused:
                 return False
-        with self._bcrypt_lock:
-            self.bcrypt_runs += 1
-            ok = _checkpw(password, hashed) and known
+            if client in self._pending:
+                raise Busy(client)
+            self._pending.add(client)
+        try:
+            if not self._bcrypt_lock.acquire(timeout=BCRYPT_WAIT_S):
+                raise Busy(client)
+            try:
+                self.bcrypt_runs += 1
+                ok = _checkpw(password, hashed) and known
+            finally:
+                self._bcrypt_lock.release()
+        finally:
+            with self._lock:
+                self._pending.discard(client)
         with self._lock:
             (self._accepted if ok else self._refused).add(key)
         return ok
+
+
+def max_cost(users: Mapping[str, bytes]) -> int:
+    """The highest bcrypt cost among the hashes (`$2y$NN$...`), 10 when there are none."""
+    return max((int(hashed[4:6]) for hashed in users.values()), default=10)
 
 
 def _parse(header: str | None) -> tuple[bytes, bytes] | None:

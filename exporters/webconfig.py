@@ -13,6 +13,7 @@ The file is read once at start-up: restart the exporter to pick up renewed certi
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any
 import yaml
 
 from sing.errors import UserError
+
+log = logging.getLogger(__name__)
 
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
 TLS_KEYS = {
@@ -207,6 +210,13 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
                 "(make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
             )
         users[user] = hashed.encode()
+    costs = {user: int(hashed[4:6]) for user, hashed in users.items()}
+    if len(set(costs.values())) > 1:
+        log.warning(
+            "%s: the bcrypt costs differ (%s); unknown users are checked at the highest cost, "
+            "so a user with a lower one answers faster and its name shows; use one cost for all",
+            where, ", ".join(f"{user} {cost}" for user, cost in costs.items()),
+        )  # fmt: skip
     return users
 
 

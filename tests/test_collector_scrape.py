@@ -21,7 +21,9 @@ from threading import Thread
 
 import pytest
 
+from collector.cli import target_source
 from collector.client import ScrapeClient
+from collector.scrape import scrape
 from collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
@@ -421,13 +423,18 @@ def test_collector_scrapes_an_exporter_over_tls_with_client_cert_and_basic_auth(
     ("settings", "message"),
     [
         ({"scheme": "ftp"}, "scheme must be http or https"),
-        ({"tls_cert_file": "client.pem"}, "tls_cert_file and tls_key_file go together"),
-        ({"tls_ca_file": "absent.pem"}, "tls_ca_file"),
-        ({"basic_auth_username": "prometheus"}, "basic_auth_password_file go together"),
         (
-            {"basic_auth_username": "prometheus", "basic_auth_password_file": "absent"},
+            {"scheme": "https", "tls_cert_file": "c.pem"},
+            "tls_cert_file and tls_key_file go together",
+        ),
+        ({"scheme": "https", "tls_ca_file": "absent.pem"}, "tls_ca_file"),
+        ({"scheme": "https", "basic_auth_username": "u"}, "basic_auth_password_file go together"),
+        (
+            {"scheme": "https", "basic_auth_username": "u", "basic_auth_password_file": "absent"},
             "No such file",
         ),
+        ({"basic_auth_username": "u", "basic_auth_password_file": "pw"}, 'need scheme = "https"'),
+        ({"scheme": "http", "tls_ca_file": "ca.pem"}, 'need scheme = "https"'),
     ],
 )
 def test_bad_scrape_client_settings_are_clear_errors(
@@ -436,3 +443,25 @@ def test_bad_scrape_client_settings_are_clear_errors(
     config = Config({}, tmp_path / "sing.toml")
     with pytest.raises(UserError, match=message):
         ScrapeClient.from_settings(CollectorSettings(**settings), config)
+
+
+def test_a_file_sd_http_target_is_refused_not_sent_the_password(tmp_path: Path) -> None:
+    """[collector] says https with basic auth; a file_sd group's `__scheme__: http` must not
+    downgrade it: that target is a failed scrape and no connection is even made."""
+    listener = socket.create_server(("127.0.0.1", 0))  # where the password would have gone
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    (tmp_path / "pw").write_text("secret\n")
+    sd = tmp_path / "targets.json"
+    sd.write_text(
+        json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": {"__scheme__": "http"}}])
+    )
+    settings = CollectorSettings(
+        file_sd=str(sd), scheme="https", basic_auth_username="u", basic_auth_password_file="pw"
+    )
+    (target,) = target_source(settings, Config({}, tmp_path / "sing.toml"))()
+    assert target.url == f"http://127.0.0.1:{port}/metrics"
+    result = scrape(target, timeout_s=2, max_bytes=10**6)
+    assert result.error is not None and "refused plain http" in result.error
+    with pytest.raises(TimeoutError), listener:
+        listener.accept()

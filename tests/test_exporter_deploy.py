@@ -16,6 +16,7 @@ import pytest
 
 from exporters.errors import ErrorCounter
 from exporters.jobs import JobSource
+from exporters.web import MAX_CONNECTIONS
 from tests.debian import ensure_packages
 
 DEPLOY = Path(__file__).resolve().parents[1] / "exporters" / "deploy"
@@ -52,6 +53,9 @@ def test_systemd_unit_runs_the_standalone_exporter_unprivileged(tmp_path: Path) 
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert " -m exporters " in exec_start
     assert "\nUser=sing-exporter\n" in unit and "\nCapabilityBoundingSet=\n" in unit
+    # one thread per connection, capped by the server; the unit caps tasks with room above it
+    tasks_max = int(next(line for line in unit.splitlines() if line.startswith("TasksMax="))[9:])
+    assert MAX_CONNECTIONS + 16 <= tasks_max <= 4 * MAX_CONNECTIONS
     # systemd itself checks the unit and rates its sandbox (exposure 0-10; 6.9 as root before)
     ensure_packages("systemd")
     local = tmp_path / "sing-exporter.service"  # with a Python this machine has

@@ -5,28 +5,36 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import ipaddress
 import json
+import os
+import select
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry, Gauge
 
-from exporters.basicauth import BasicAuth
+from exporters.basicauth import BasicAuth, Busy
 from exporters.cli import _settings, add_arguments
-from exporters.web import MetricsServer, serve
-from exporters.webconfig import WebConfigError, load_web_config
+from exporters.web import MAX_PER_CLIENT, MetricsServer, serve
+from exporters.webconfig import WebConfig, WebConfigError, load_web_config
 from sing.config import Config
 from sing.errors import UserError
-from tests.pki import Pki, make_pki
+from tests.pki import Pki, _cert, _key, _write, make_pki
 from tests.test_exporter_http import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,6 +206,129 @@ def test_bcrypt_runs_once_per_credentials_and_floods_do_not_evict_them() -> None
     assert not auth.allows(None) and not auth.allows("Bearer abc")
 
 
+def test_the_decoy_for_unknown_users_costs_as_much_as_the_dearest_known_hash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Else a wrong password for a known user at cost 12 takes longer than one for a user that
+    does not exist, and the timing tells which names exist."""
+    users = {"collector": bcrypt_hash(PASSWORD, cost=7), "prometheus": bcrypt_hash("x", cost=5)}
+    web = load_web_config(write_web_config(tmp_path / "web.yml", {"basic_auth_users": users}))
+    assert "bcrypt costs differ (collector 7, prometheus 5)" in caplog.text
+    auth = BasicAuth(web.users)
+    assert auth._decoy.startswith(b"$2b$07$")
+    assert not auth.allows(basic("nobody", PASSWORD))
+    caplog.clear()
+    same = {"collector": bcrypt_hash(PASSWORD, cost=5), "prometheus": bcrypt_hash("x", cost=5)}
+    assert BasicAuth(load_web_config(write_web_config(
+        tmp_path / "same.yml", {"basic_auth_users": same}
+    )).users)._decoy.startswith(b"$2b$05$")  # fmt: skip
+    assert "costs differ" not in caplog.text
+
+
+def test_a_client_waits_for_at_most_one_bcrypt_and_never_queues_a_second() -> None:
+    auth = BasicAuth({"prometheus": bcrypt_hash(PASSWORD, cost=12).encode()})
+    slow = threading.Thread(target=auth.allows, args=(basic("prometheus", "guess"), "10.0.0.9"))
+    slow.start()
+    deadline = time.monotonic() + 10
+    while auth.bcrypt_runs == 0 and time.monotonic() < deadline:  # its bcrypt has begun
+        time.sleep(0.005)
+    with pytest.raises(Busy):  # the same client again: refused at once, not queued
+        auth.allows(basic("prometheus", "another guess"), "10.0.0.9")
+    slow.join()
+    assert auth.bcrypt_runs == 1
+
+
+def connect_from(source: str, port: int) -> socket.socket:
+    """A connection to 127.0.0.1:port from `source`, another loopback address (all of 127/8
+    is loopback on Linux), standing for another client machine."""
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+
+def raw_get(port: int, auth: str, source: str = "127.0.0.1") -> int:
+    """The status of a GET /metrics from `source`; 0 when closed without an answer."""
+    with connect_from(source, port) as sock:
+        sock.sendall(f"GET /metrics HTTP/1.0\r\nAuthorization: {auth}\r\n\r\n".encode())
+        try:
+            status = sock.makefile("rb").readline().split()[1:2]
+        except ConnectionResetError:
+            return 0
+        return int(status[0]) if status else 0
+
+
+def test_a_flood_of_wrong_passwords_does_not_starve_the_scraper(served) -> None:
+    """After a restart nothing is cached: the scraper's first check must not wait behind a
+    queue of bcrypt runs for other clients' guesses; those get 429 instead."""
+    port = served({"basic_auth_users": {"prometheus": bcrypt_hash(PASSWORD, cost=8)}})
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def attack(source: str) -> None:
+        while not done.is_set():
+            statuses.append(raw_get(port, basic("prometheus", os.urandom(8).hex()), source))
+
+    attackers = [threading.Thread(target=attack, args=(f"127.0.0.{2 + i % 3}",)) for i in range(9)]
+    for thread in attackers:
+        thread.start()
+    time.sleep(1)
+    started, status = time.monotonic(), 429
+    while status == 429 and time.monotonic() - started < 5:
+        status = raw_get(port, basic("prometheus", PASSWORD))
+    waited = time.monotonic() - started
+    done.set()
+    for thread in attackers:
+        thread.join()
+    assert status == 200 and waited < 3, (status, waited)
+    assert 429 in statuses and 401 in statuses, Counter(statuses)
+
+
+def server_threads() -> int:
+    return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+
+def closed(sock: socket.socket, wait_s: float) -> bool:
+    """Whether the server closes `sock` within wait_s."""
+    sock.settimeout(wait_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_trickling_clients_hold_few_threads_and_are_cut_at_the_deadline(tmp_path: Path) -> None:
+    """Slowloris: connections sending a byte now and then, each under the per-recv timeout."""
+    port, users = free_port(), {"prometheus": bcrypt_hash(PASSWORD).encode()}
+    server = serve(CollectorRegistry(), "127.0.0.1", port, WebConfig(users=users))
+    server.request_deadline_s = 3.0
+    try:
+        slow = [connect_from("127.0.0.2", port) for _ in range(20)]
+        for sock in slow:
+            sock.sendall(b"G")
+        time.sleep(0.3)
+        assert server_threads() <= MAX_PER_CLIENT
+        waited = time.monotonic() + 2
+        while len(closing := select.select(slow, [], [], 0.1)[0]) < 20 - MAX_PER_CLIENT:
+            assert time.monotonic() < waited, f"only {len(closing)} refused"  # EOF/reset: readable
+        held = [sock for sock in slow if sock not in closing]
+        assert len(held) == MAX_PER_CLIENT  # the others were closed at once
+        assert raw_get(port, basic("prometheus", PASSWORD)) == 200  # other clients get in
+        for _ in range(10):  # a byte every 0.5 s for 5 s: under the 10 s per-recv timeout
+            time.sleep(0.5)
+            for sock in held:
+                with contextlib.suppress(OSError):  # cut already
+                    sock.sendall(b"E")
+        assert all(closed(sock, 0.5) for sock in held)  # the 3 s deadline cut them
+        server.max_connections = 12
+        many = [connect_from(f"127.0.0.{2 + i % 3}", port) for i in range(24)]
+        time.sleep(0.3)
+        assert server_threads() <= 12
+        assert sum(closed(sock, 0.1) for sock in many) >= 12
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_tls_is_required_when_configured(served, pki: Pki) -> None:
     port = served(tls_auth_config(pki))
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
@@ -233,6 +364,38 @@ def test_client_allowed_sans_refuse_other_certificates(served, pki: Pki) -> None
     assert get(f"https://127.0.0.1:{allowed}/metrics", context, auth)[0] == 200
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         get(f"https://127.0.0.1:{other}/metrics", context, auth)
+
+
+@pytest.mark.parametrize(
+    ("san", "allowed", "accepted"),
+    [
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::1")), "2001:db8::1", True),
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::1")), "2001:DB8:0:0:0:0:0:1", True),
+        (x509.IPAddress(ipaddress.ip_address("10.0.0.1")), "10.0.0.1", True),
+        (x509.IPAddress(ipaddress.ip_address("2001:db8::2")), "2001:db8::1", False),
+        (x509.DNSName("10.0.0.1"), "10.0.0.1", False),  # a DNS name is not an IP address
+        (x509.IPAddress(ipaddress.ip_address("10.0.0.1")), "collector.test", False),
+        (x509.DNSName("collector.test"), "collector.test", True),
+    ],
+)
+def test_client_allowed_sans_compare_ip_addresses_as_addresses_and_by_type(
+    served, pki: Pki, tmp_path: Path, san: x509.GeneralName, allowed: str, accepted: bool
+) -> None:
+    ca = (
+        x509.load_pem_x509_certificate(pki.ca.read_bytes()).subject,
+        serialization.load_pem_private_key(pki.ca.with_suffix(".key").read_bytes(), None),
+    )
+    key = _key()
+    _write(tmp_path / "peer", _cert("peer", key, ca, [san]), key)  # fmt: skip
+    tls = {"client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.ca)}
+    port = served(tls_auth_config(pki, **tls, client_allowed_sans=[allowed]))
+    context = client_context(pki, tmp_path / "peer.pem", tmp_path / "peer.key")
+    url, auth = f"https://127.0.0.1:{port}/metrics", basic("prometheus", PASSWORD)
+    if accepted:
+        assert get(url, context, auth)[0] == 200
+    else:
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            get(url, context, auth)
 
 
 def test_a_client_stuck_in_its_handshake_does_not_block_scrapes(served, pki: Pki) -> None:
