@@ -17,11 +17,11 @@ from dashboards import access
 from dashboards.settings import DashboardSettings, RoleSettings
 from executors.records import JobRecord, to_tables
 from sing.config import Config, ConfigError
+from tests.dashboard_app import APP, metrics, open_app
 from tests.shared_data import PHILLY, require
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
 
-APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
 END = datetime(2026, 6, 1, tzinfo=UTC)
 ADMIN, USER, RESEARCHER = "ghopper", "aturing", "rsearch"
 
@@ -42,25 +42,6 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
         mp.setenv("SING_CONFIG", str(config))
         mp.delenv("SING_DASHBOARD_DEMO", raising=False)
         yield wh
-
-
-def open_app(
-    user: str | None = None, page: str | None = None, query: dict | None = None
-) -> AppTest:
-    """Run the app as `user` (signed in through OIDC; None: nobody), optionally on `page`."""
-    at = AppTest.from_file(APP, default_timeout=120)
-    signed_in = {"is_logged_in": True, "email": f"{user}@campus.edu", "email_verified": True}
-    at.user = signed_in if user else {}
-    at.query_params.update(query or {})
-    at.run()
-    if page:
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
 
 
 def pct(text: str) -> float:

@@ -55,6 +55,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.dashboard_app import metrics, open_app
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
 from tests.real_path.processes import Service, run, wait_for
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
@@ -66,7 +67,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 SING = str(Path(sys.executable).with_name("sing"))
-APP = str(REPO / "dashboards" / "app.py")
 
 SITE_CLUSTER = "campus"
 MODEL = "NVIDIA A100-SXM4-80GB"
@@ -692,18 +692,8 @@ def dashboard(real: RealRun) -> Iterator[RealRun]:
 
 
 def open_page(page: str, query: dict | None = None) -> AppTest:
-    """A page as the admin, signed in through OIDC (as tests/test_dashboards_app.py does)."""
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu", "email_verified": True}
-    at.query_params.update(query or {})
-    at.run()
-    at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def shown(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    """A page as the admin, signed in through OIDC."""
+    return open_app(ADMIN, page, query)
 
 
 def pct(text: str) -> float:
@@ -724,7 +714,7 @@ def test_cluster_page_shows_capacity_assignment_and_use(dashboard: RealRun) -> N
     assert seen <= first and real.burst_end <= last <= real.collector_stopped
     capacity_s = CAPACITY_GPUS * (last - first).total_seconds()
     allocated_s = sum(gpus_of(key) * real.run_s(key) for key in real.ids)
-    figures = shown(at)
+    figures = metrics(at)
     rate = pct(figures["GPU assignment rate"])
     assert rate == pytest.approx(allocated_s / capacity_s, abs=SHOWN_TOL + 1e-9)
     used = pct(figures["GPU utilization (all GPUs)"])
@@ -734,13 +724,13 @@ def test_cluster_page_shows_capacity_assignment_and_use(dashboard: RealRun) -> N
 @pytest.mark.parametrize("key", [spec.key for spec in JOBS])
 def test_job_page_shows_the_scripted_utilisation(dashboard: RealRun, key: str) -> None:
     at = open_page("job", query={"job": dashboard.ids[key]})
-    util = pct(shown(at)["Mean GPU utilization"])
+    util = pct(metrics(at)["Mean GPU utilization"])
     assert util == pytest.approx(BY_KEY[key].use.util, abs=SHOWN_TOL + 1e-9)
 
 
 def test_idle_jobs_page_lists_the_holder(dashboard: RealRun) -> None:
     at = open_page("idle_jobs")
-    assert shown(at)["Idle jobs"] == "1"
+    assert metrics(at)["Idle jobs"] == "1"
     assert list(at.dataframe[0].value["job"]) == [f"job?job={dashboard.ids['holder']}"]
 
 
@@ -748,14 +738,14 @@ def test_by_node_count_page_shows_the_weighted_utilisation(dashboard: RealRun) -
     at = open_page("by_node_count")
     multi, holder = dashboard.gpu_hours("multi"), dashboard.gpu_hours("holder")
     util = {key: spec.use.util for key, spec in BY_KEY.items()}
-    assert pct(shown(at)["1 node"]) == pytest.approx(util["train"], abs=SHOWN_TOL + 1e-9)
+    assert pct(metrics(at)["1 node"]) == pytest.approx(util["train"], abs=SHOWN_TOL + 1e-9)
     two = (util["multi"] * multi + util["holder"] * holder) / (multi + holder)
-    assert pct(shown(at)["2 nodes"]) == pytest.approx(two, abs=SHOWN_TOL + 1e-9)
+    assert pct(metrics(at)["2 nodes"]) == pytest.approx(two, abs=SHOWN_TOL + 1e-9)
 
 
 def test_fairness_page_shows_jains_index_over_whole_jobs(dashboard: RealRun) -> None:
     at = open_page("fairness")
     users = {spec.user for spec in JOBS}
     hours = [sum(dashboard.gpu_hours(s.key) for s in JOBS if s.user == u) for u in users]
-    shown_jain = float(shown(at)["Jain's index (GPU-hours per user)"])
+    shown_jain = float(metrics(at)["Jain's index (GPU-hours per user)"])
     assert shown_jain == pytest.approx(jain(hours), abs=0.005 + 1e-9)  # printed with 2 decimals

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.dashboard_app import metrics, open_app
 from tests.test_analytics import add_gpu_samples, add_job, add_nodes, at
 from warehouse.store import Warehouse
 
-APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
 ADMIN = "ghopper"
 
 
@@ -28,16 +28,7 @@ def open_page(root: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> AppTest
     monkeypatch.setenv("SING_WAREHOUSE", str(root))
     monkeypatch.setenv("SING_CONFIG", str(config))
     monkeypatch.delenv("SING_DASHBOARD_DEMO", raising=False)
-    app = AppTest.from_file(APP, default_timeout=120)
-    app.user = {"is_logged_in": True, "email": f"{ADMIN}@campus.edu", "email_verified": True}
-    app.run()
-    app.switch_page(f"pages/{page}.py").run()
-    assert not app.exception, [e.message for e in app.exception]
-    return app
-
-
-def metrics(app: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in app.metric}
+    return open_app(ADMIN, page)
 
 
 def test_cluster_page_without_node_inventory_says_unknown(
