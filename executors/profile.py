@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from executors.settings import ExecutorSettings
+from sing.digits import ascii_digits
 from sing.errors import UserError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -205,7 +206,7 @@ def _time_limit(reader: _Reader, top: dict[str, yaml.Node]) -> int | None:
     # The text as written: YAML 1.1 would read an unquoted 02:00:00 as the base-60 number 7200.
     text = str(node.value).strip() if isinstance(node, yaml.ScalarNode) else ""
     match = TIME_RE.match(text)
-    if text.isascii() and text.isdigit():  # isdigit() alone takes "²", which int() refuses
+    if ascii_digits(text):
         seconds = int(text) * 60
     elif match:
         days, hours, minutes, secs = (int(g) if g else 0 for g in match.groups())

@@ -24,6 +24,7 @@ from executors.slurm_parse import (
     parse_sinfo,
     parse_squeue,
 )
+from sing.digits import ascii_digits
 from sing.errors import UserError
 
 # Runs a command (argv, stdin text) and returns its stdout; raises UserError on failure.
@@ -59,7 +60,7 @@ class SlurmExecutor:
         script = render_script(profile, self.settings, headers=sbatch_headers(profile))
         out = self._run(["sbatch", "--parsable", f"--comment={comment}"], script)
         job_id = out.strip().split(";")[0]  # "ID" or "ID;CLUSTER"
-        if not job_id.isdigit():
+        if not ascii_digits(job_id):
             raise UserError(f"sbatch answered {out.strip()!r}, not a job id")
         return job_id
 

@@ -19,6 +19,7 @@ from typing import Any
 import hostlist
 
 from executors.records import JobRecord, NodeRecord, exit_code_from, utc
+from sing.digits import ascii_digits
 from sing.errors import UserError
 
 # The prefix of the job comment in which `sing submit` stores what Slurm has no field for.
@@ -141,13 +142,8 @@ def parse_tres(text: str | None, where: str) -> list[tuple[str, int | None]]:
         name, sep, count = item.partition("=")
         if not sep:
             raise UserError(f"{where}: TRES entry {item!r} is not NAME=COUNT")
-        entries.append((name, int(count) if _digits(count) else None))
+        entries.append((name, int(count) if ascii_digits(count) else None))
     return entries
-
-
-def _digits(text: str) -> bool:
-    """ASCII digits only: str.isdigit() alone also takes "²", which int() refuses."""
-    return text.isascii() and text.isdigit()
 
 
 def _json_tres(job: _Job, path: str) -> list[tuple[str, int | None]]:
@@ -255,7 +251,7 @@ def parse_sacct_text(text: str) -> dict[str, tuple[str, int]]:
             )
         job_id, user, exit_code = fields
         code, _, signal = exit_code.partition(":")
-        if not (_digits(code) and _digits(signal)):
+        if not (ascii_digits(code) and ascii_digits(signal)):
             raise UserError(f"sacct -P line {number}: ExitCode {exit_code!r} is not CODE:SIGNAL")
         out[job_id] = (user, exit_code_from(int(code), int(signal)))
     return out

@@ -23,6 +23,7 @@ from exporters.settings import ExporterSettings
 from exporters.web import serve
 from exporters.webconfig import WebConfig, load_web_config
 from sing.config import Config
+from sing.digits import ascii_digits
 from sing.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def _settings(args: argparse.Namespace, config: Config) -> ExporterSettings:
         if args.port is not None or args.listen_address is not None:
             raise UserError("--web.listen-address replaces --port and --listen-address; give one")
         host, colon, port = args.web_listen_address.rpartition(":")
-        if not colon or not port.isdigit():
+        if not colon or not ascii_digits(port):
             raise UserError(f"--web.listen-address {args.web_listen_address!r}: expected HOST:PORT")
         # ":PORT" is every address, as in node_exporter; "[::1]:PORT" an IPv6 one
         given.update(listen_address=host.strip("[]") or "0.0.0.0", port=int(port))
@@ -113,7 +114,7 @@ def _nodes(args: argparse.Namespace, port: int) -> list[tuple[str | None, int]]:
     nodes = []
     for spec in args.node:
         name, _, number = spec.rpartition(":")
-        if not name or not number.isdigit():
+        if not name or not ascii_digits(number):
             raise UserError(f"--node {spec!r}: expected NAME:PORT, e.g. gpu01:9501")
         nodes.append((name, int(number)))
     return nodes

@@ -428,6 +428,7 @@ def test_the_exporter_refuses_to_start_on_a_bad_web_config(tmp_path: Path) -> No
         (["--web.listen-address", "[::1]:9500"], ("::1", 9500)),
         ([], ("127.0.0.1", 9410)),  # the safe default: nothing leaves the node
         (["--web.listen-address", "9500"], "expected HOST:PORT"),
+        (["--web.listen-address", ":\u00b2"], "expected HOST:PORT"),  # a digit to isdigit()
         (["--web.listen-address", ":9500", "--port", "1"], "give one"),
     ],
 )
