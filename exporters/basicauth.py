@@ -102,9 +102,14 @@ class BasicAuth:
         return ok
 
 
+def cost(hashed: bytes) -> int:
+    """The cost of a bcrypt hash (`$2y$NN$...`)."""
+    return int(hashed[4:6])
+
+
 def max_cost(users: Mapping[str, bytes]) -> int:
-    """The highest bcrypt cost among the hashes (`$2y$NN$...`), 10 when there are none."""
-    return max((int(hashed[4:6]) for hashed in users.values()), default=10)
+    """The highest bcrypt cost among the hashes, 10 when there are none."""
+    return max((cost(hashed) for hashed in users.values()), default=10)
 
 
 def _parse(header: str | None) -> tuple[bytes, bytes] | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from exporters import basicauth
 from sing.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
                 "(make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
             )
         users[user] = hashed.encode()
-    costs = {user: int(hashed[4:6]) for user, hashed in users.items()}
+    costs = {user: basicauth.cost(hashed) for user, hashed in users.items()}
     if len(set(costs.values())) > 1:
         log.warning(
             "%s: the bcrypt costs differ (%s); unknown users are checked at the highest cost, "

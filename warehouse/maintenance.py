@@ -244,12 +244,18 @@ def checkpoint_due(wh: Warehouse) -> list[str]:
             return done
         for name in [*TABLES, *ROLLUPS]:
             dt = delta.open_table(wh.table_dir(name), refresh=False)
-            if dt is None or delta.versions_since_checkpoint(dt) < CHECKPOINT_EVERY:
-                continue
-            with wh.table_lock(name):
-                delta.checkpoint(dt)
-            done.append(name)
+            if dt is not None and _checkpoint_if_long(wh, name, dt):
+                done.append(name)
     return done
+
+
+def _checkpoint_if_long(wh: Warehouse, name: str, dt: delta.DeltaTable) -> bool:
+    """Checkpoint the table once `CHECKPOINT_EVERY` commits follow its last checkpoint."""
+    if delta.versions_since_checkpoint(dt) < CHECKPOINT_EVERY:
+        return False
+    with wh.table_lock(name):
+        delta.checkpoint(dt)
+    return True
 
 
 def tidy(wh: Warehouse, name: str) -> int:
@@ -258,10 +264,9 @@ def tidy(wh: Warehouse, name: str) -> int:
     dt = wh.open(name)
     if dt is None:
         return 0
+    _checkpoint_if_long(wh, name, dt)
     with wh.table_lock(name):
         dt.update_incremental()
-        if delta.versions_since_checkpoint(dt) >= CHECKPOINT_EVERY:
-            delta.checkpoint(dt)
         deleted = delta.vacuum(dt, GRACE_S // 3600)
     table_dir = wh.table_dir(name)
     files.remove_stale_temporaries(table_dir, delta.TMP_SUFFIX, GRACE_S)
