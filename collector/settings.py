@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from sing.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class CollectorSettings:
@@ -53,3 +55,20 @@ class CollectorSettings:
     # The collector's own /metrics; port 0 turns it off.
     metrics_address: str = "127.0.0.1"
     metrics_port: int = 9411
+
+    def __post_init__(self) -> None:
+        """The exporter-access settings that only make sense together."""
+        where = "[collector]"
+        if self.scheme not in ("http", "https"):
+            raise UserError(f"{where} scheme must be http or https, not {self.scheme!r}")
+        if (self.tls_ca_file or self.tls_cert_file or self.basic_auth_username) and (
+            self.scheme != "https"
+        ):
+            raise UserError(
+                f'{where} TLS and basic auth settings need scheme = "https"; '
+                "over plain http the password would travel in clear"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise UserError(f"{where} tls_cert_file and tls_key_file go together")
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise UserError(f"{where} basic_auth_username and basic_auth_password_file go together")

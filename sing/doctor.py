@@ -268,8 +268,8 @@ def check_targets(args: argparse.Namespace, config: Config) -> Finding:
     from collector.cli import target_source
     from collector.settings import CollectorSettings
 
-    settings = config.section("collector", CollectorSettings)
     try:
+        settings = config.section("collector", CollectorSettings)
         targets = target_source(settings, config)()
     except UserError as err:
         return Finding(FAIL, "scrape targets", str(err))
