@@ -43,6 +43,8 @@ KNOWN_SECTIONS = (
     "roles",
     "trace",
     "demo",
+    "policy",
+    "accounting",
 )
 
 

@@ -33,6 +33,8 @@ SECTION_SCHEMAS = {
     "roles": "dashboards.settings:RoleSettings",
     "trace": "traces.settings:TraceSettings",
     "demo": "demo.settings:DemoSettings",
+    "policy": "policy.settings:PolicySettings",
+    "accounting": "accounting.settings:AccountingSettings",
 }
 EXAMPLE = ROOT / "sing.example.toml"
 DOC = ROOT / "docs" / "configuration.md"

@@ -164,6 +164,32 @@ TABLES: dict[str, Table] = {
             doc="One row per scrape attempt of a target (up=false with the error).",
         ),
         Table(
+            "policy_events",
+            _schema(
+                ("ts", UTC_TS),
+                ("cluster", pa.string()),
+                ("job_id", pa.string()),  # NULL for messages about no one job (digests)
+                ("user", pa.string()),
+                ("account", pa.string()),
+                ("rule", pa.string()),  # the [policy.rules.NAME]; NULL for reports and digests
+                # "evaluation" (a rule's verdict on a job), "message" or "action".
+                ("event", pa.string()),
+                # evaluation: violating, recovered, exempt, stale, ended, changed;
+                # message: notify, warn, cancelled, job_end, weekly_digest, monthly_digest;
+                # action: cancel, left_alone.
+                ("outcome", pa.string()),
+                ("deadline", UTC_TS),  # a warning's: the job is cancelled after it
+                ("channel", pa.string()),  # message: email or webhook; action: the executor kind
+                ("recipient", pa.string()),
+                ("dry_run", pa.bool_()),  # true: decided and logged, nothing sent or done
+                ("ok", pa.bool_()),  # false: the send or the action failed (see detail)
+                ("actor", pa.string()),  # who or what acted: "sing policy run@host", a user
+                ("detail", pa.string()),  # JSON: the evidence (figures) or the error
+            ),
+            time_column="ts",
+            doc="The audit trail of the waste policies: every verdict, message and action.",
+        ),
+        Table(
             "sim_runs",
             _schema(
                 ("run_id", pa.string()),

@@ -1,0 +1,38 @@
+"""The `[policy]` section: rules, their action ladders, and how messages reach people.
+
+Dry run is the default twice over: nothing is sent or cancelled unless `[policy] dry_run` is
+false *and* the rule itself says `dry_run = false`, so a site turns actions on rule by rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    dry_run: bool = True  # false: rules whose own dry_run is false act for real
+    interval_s: float = 300.0  # the collector evaluates the rules this often; 0 = not at all
+    max_data_age_s: float = 600.0  # a job whose newest sample is older waits (nothing on stale data)
+    # One table per rule, [policy.rules.NAME]; policy.rules checks each against its schema.
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Messages.
+    smtp_host: str = ""  # "" = no email
+    smtp_port: int = 25
+    smtp_starttls: bool = False
+    smtp_username: str = ""
+    smtp_password_file: str = ""
+    mail_from: str = "sing@localhost"
+    mail_domain: str = ""  # a user's address is USER@mail_domain; "" = no email to users
+    admin_emails: list[str] = field(default_factory=list)  # copied on warnings and actions
+    webhook_url: str = ""  # chat webhook (Slack/Mattermost-compatible JSON); "" = none
+    templates_dir: str = ""  # overrides of the built-in message templates
+    timezone: str = "UTC"  # of quiet_hours and digests
+    quiet_hours: str = ""  # e.g. "22:00-07:00": messages wait until it ends; "" = none
+    user_message_period_s: float = 86400.0  # at most one message per user per period (per rule)
+    job_end_reports: bool = False  # send each finished job's report to its owner
+    job_end_opt_out: list[str] = field(default_factory=list)  # users who want none
+    weekly_digests: bool = False  # per user, Mondays
+    monthly_account_digests: bool = False  # per account, to account_contacts
+    account_contacts: dict[str, str] = field(default_factory=dict)  # account -> PI address
