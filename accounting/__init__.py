@@ -1,1 +1,2 @@
-"""Accounting: who used what, what it cost in charge units, energy and carbon (docs/accounting.md)."""
+"""Accounting: who used what and what it cost, in charge units, energy and carbon
+(docs/accounting.md)."""

@@ -14,7 +14,7 @@ from typing import Any
 class PolicySettings:
     dry_run: bool = True  # false: rules whose own dry_run is false act for real
     interval_s: float = 300.0  # the collector evaluates the rules this often; 0 = not at all
-    max_data_age_s: float = 600.0  # a job whose newest sample is older waits (nothing on stale data)
+    max_data_age_s: float = 600.0  # a job whose newest sample is older waits
     # One table per rule, [policy.rules.NAME]; policy.rules checks each against its schema.
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Messages.

@@ -244,7 +244,8 @@ def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
             pc.is_null(recorded), _recorded_now(batch.num_rows, recorded.type), recorded
         )
         batch = batch.set_column(spec.schema.get_field_index("recorded_at"), "recorded_at", filled)
-    required = spec.key or (spec.time_column, "node")
+    # Samples need their time, and their node where they have one (the audit trail has none).
+    required = spec.key or [c for c in (spec.time_column, "node") if c in spec.schema.names]
     for name in required:
         nulls = batch.column(name).null_count
         if nulls:

@@ -1,0 +1,42 @@
+"""What the policies say to people, and the one interface every channel is sent through.
+
+The ladder and the reports decide *that* a message goes out and record it in the audit trail;
+a `Postman` renders it from the site's templates and delivers it (email, webhook), returning
+one `Delivery` per channel and recipient so a failed send is recorded, never lost silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Message kinds: a template each (policy/templates/<kind>.txt.j2 and <kind>.html.j2).
+NOTIFY, WARN, CANCELLED = "notify", "warn", "cancelled"
+JOB_END, WEEKLY_DIGEST, MONTHLY_DIGEST = "job_end", "weekly_digest", "monthly_digest"
+
+
+@dataclass(frozen=True)
+class Message:
+    kind: str
+    user: str  # the cluster user it is about (and for, unless `to_account`)
+    cluster: str
+    job_id: str | None = None
+    rule: str | None = None
+    account: str | None = None  # monthly digests go to the account's contact
+    # Template variables: the job's efficiency table, the evidence, the deadline, the exact
+    # cancel command, the digest's figures.
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    channel: str  # "email" or "webhook"
+    recipient: str
+    ok: bool
+    error: str = ""
+
+
+class Postman(Protocol):
+    def send(self, message: Message) -> list[Delivery]:
+        """Render and deliver `message` on every configured channel; never raises for a
+        channel's failure (it comes back as a Delivery with ok=False)."""
