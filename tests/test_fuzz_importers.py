@@ -16,6 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
@@ -23,6 +24,9 @@ from sing.errors import UserError
 from tests.fuzzing import fuzz
 from traces.importers import import_trace
 from traces.package import DATAPACKAGE
+
+# 2,000 imports take about two minutes of CPU; a loaded machine may stretch that several times.
+pytestmark = pytest.mark.timeout(1800)
 
 # Per kind of column: values that parse (drawn more often) and values near them that may not.
 GOOD = {
