@@ -25,7 +25,7 @@ from tests.fuzzing import fuzz
 from traces.importers import import_trace
 from traces.package import DATAPACKAGE
 
-# 2,000 imports take about two minutes of CPU; a loaded machine may stretch that several times.
+# 2,000 imports take two to three minutes of CPU; a loaded machine stretches that several times.
 pytestmark = pytest.mark.timeout(1800)
 
 # Per kind of column: values that parse (drawn more often) and values near them that may not.
