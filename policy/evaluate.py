@@ -60,7 +60,8 @@ def _rdma_sql(since_start: bool) -> str:
         return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN sum(tx_unknown_samples + rx_unknown_samples) = 0
-                    THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0) END::DOUBLE AS bytes
+                    THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0)
+               END::DOUBLE AS bytes
         FROM job_rdma_usage GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
