@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from policy.cli import parse_since, policy_job
+from policy.rules import load_rules
+from policy.settings import PolicySettings
 from sing.cli import main
 from sing.config import Config, ConfigError
 from sing.errors import UserError
@@ -123,3 +126,14 @@ def test_since_accepts_durations_and_times():
     assert parse_since("2026-03-01T08:00", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
     with pytest.raises(UserError, match="--since 'yesterday'"):
         parse_since("yesterday", now)
+
+
+def test_the_documented_example_is_a_valid_configuration(tmp_path):
+    doc = (Path(__file__).parent.parent / "docs" / "policy.md").read_text()
+    example = doc.split("## Example\n", 1)[1]
+    toml = "\n".join(line.removeprefix("    ") for line in example.splitlines() if line.strip())
+    (tmp_path / "sing.toml").write_text(toml)
+    settings = Config.load(tmp_path / "sing.toml").section("policy", PolicySettings)
+    rules = {r.name: r for r in load_rules(settings)}
+    assert sorted(rules) == ["idle-gpus", "silent-multinode", "untouched"]
+    assert rules["idle-gpus"].acts(settings) and not rules["silent-multinode"].acts(settings)
