@@ -17,7 +17,7 @@ import duckdb
 from executors.base import Executor
 from executors.slurm import SlurmExecutor
 from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
-from policy.evaluate import evaluate, open_round
+from policy.evaluate import Evaluator, open_round
 from policy.ladder import (
     CANCEL,
     CHANGED,
@@ -90,8 +90,9 @@ class Engine:
             ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
             decisions = []
             running: set[tuple[str, str, str]] = set()
+            evaluator = Evaluator(con, now, self.settings.max_data_age_s)
             for rule in self.rules:
-                for verdict in evaluate(con, rule, now, self.settings.max_data_age_s):
+                for verdict in evaluator.verdicts(rule):
                     running.add(verdict.key)
                     decisions.append(ladder.decide(verdict))
             decisions += self._gone(con, ladder, running)

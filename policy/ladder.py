@@ -14,7 +14,6 @@ the warning actually goes out, so it never ends less than the grace after it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from typing import Any
@@ -105,19 +104,20 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
     """Every ladder's episode, per (key, dry run), from the trail (oldest event first)."""
     rows = con.execute(
         """
-        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel, detail
+        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel,
+               (detail ->> 'start_time')::TIMESTAMPTZ, detail ->> 'kind', detail ->> 'reason'
         FROM policy_events WHERE job_id IS NOT NULL AND rule IS NOT NULL
         -- one round's events share their time: verdicts, then actions, then messages
         ORDER BY ts, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END
         """
     ).fetchall()
     episodes: dict[tuple[Key, bool], Episode] = {}
-    for cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, channel, detail in rows:
+    for row in rows:
+        cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, channel = row[:10]
+        start_time, held_kind, held_reason = row[10:]
         key = ((cluster, job_id, rule), bool(dry))
         ep = episodes.setdefault(key, Episode())
-        extra = json.loads(detail or "{}")
-        if ep.start_time is None and extra.get("start_time"):
-            ep.start_time = datetime.fromisoformat(extra["start_time"])
+        ep.start_time = ep.start_time or start_time
         if event == EVALUATION:
             ep.last_evaluation = outcome
         elif event == ACTION and outcome == LEFT_ALONE:
@@ -125,7 +125,7 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
         elif event == ACTION and outcome == CANCEL and ok:
             ep.cancelled = True
         elif event == MESSAGE and outcome == HELD:
-            ep.held = (extra.get("kind"), extra.get("reason"))
+            ep.held = (held_kind, held_reason)
         elif event == MESSAGE and (ok or channel is None) and outcome not in ep.sent:
             ep.sent[outcome] = ts
             ep.held = None
