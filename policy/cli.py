@@ -75,7 +75,8 @@ class _NoChannels:
 def cmd_check(args: argparse.Namespace, config: Config) -> int:
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     decisions = make_engine(config, warehouse, "sing policy check").decide()
-    return _print(decisions_frame(decisions), args.json, "no running job is judged by a rule")
+    frame = decisions_frame(decisions)
+    return _print(frame if args.json else for_people(frame), args.json, NO_JOBS)
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
@@ -84,7 +85,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     frame = decisions_frame(result.decisions)
     if args.json:
         return _print(frame, True, "")
-    _print(frame, False, "no running job is judged by a rule")
+    _print(for_people(frame), False, NO_JOBS)
     print(f"{len(result.events)} event(s) recorded in the audit trail")
     return 0
 
@@ -112,6 +113,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+NO_JOBS = "no running job is judged by a rule"
 DECISION_COLUMNS = {
     "cluster": pl.String,
     "job_id": pl.String,
@@ -150,6 +152,14 @@ def decisions_frame(decisions: list[Decision]) -> pl.DataFrame:
         for d in decisions
     ]
     return pl.DataFrame(rows, schema=DECISION_COLUMNS)
+
+
+def for_people(frame: pl.DataFrame) -> pl.DataFrame:
+    """The decisions with units: utilisation in %, RDMA traffic in GB per node-hour."""
+    return frame.with_columns(
+        (pl.col("mean_util") * 100).round(1).alias("mean_util_%"),
+        (pl.col("rdma_bytes_per_node_hour") / 1e9).round(2).alias("rdma_GB_per_node_h"),
+    ).drop("mean_util", "rdma_bytes_per_node_hour")
 
 
 def _print(frame: pl.DataFrame, as_json: bool, empty: str) -> int:

@@ -120,11 +120,12 @@ class Engine:
             and key[2] in rules
             and dry == (not rules[key[2]].acts(self.settings))
         ]
+        ids = sorted({key[1] for key, _ in open_keys})
+        found = con.sql("FROM jobs WHERE list_contains($ids, job_id)", params={"ids": ids})
+        jobs = {(j["cluster"], j["job_id"]): j for j in found.to_arrow_table().to_pylist()}
         out = []
         for key, dry in open_keys:
-            found = con.sql("FROM jobs WHERE cluster = $1 AND job_id = $2", params=list(key[:2]))
-            row = found.to_arrow_table().to_pylist()
-            job = row[0] if row else {"cluster": key[0], "job_id": key[1]}
+            job = jobs.get(key[:2], {"cluster": key[0], "job_id": key[1]})
             out.append(ladder.decide_gone(key, dry, rules[key[2]], job))
         return out
 

@@ -187,9 +187,11 @@ class Ladder:
             return Decision(**base, verdict=CHANGED, evaluation=CHANGED, action=LEFT_ALONE)
         outcome = verdict.outcome
         if outcome == OK:
+            # an open ladder ends here, even when the data went stale on the way back
+            if ep.active:
+                return Decision(**base, verdict=OK, evaluation=RECOVERED, action=LEFT_ALONE)
             if ep.last_evaluation == VIOLATING:
-                action = LEFT_ALONE if ep.active else WAIT
-                return Decision(**base, verdict=OK, evaluation=RECOVERED, action=action)
+                return Decision(**base, verdict=OK, evaluation=RECOVERED)
             return Decision(**base, verdict=OK)
         evaluation = outcome if ep.last_evaluation != outcome else None
         if outcome == EXEMPT:
