@@ -7,6 +7,7 @@ is parsed back from what the server received.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ import pytest
 from policy import audit
 from policy.postman import make_postman
 from policy.reports import last_period, send_digests, send_job_end_reports
+from sing.cli import main
 from sing.config import Config, Thresholds
 from tests.mailbox import Mailbox, free_port, smtp_server
 from tests.test_analytics import add_gpu_samples, add_job, add_nodes, at
@@ -266,3 +268,45 @@ def test_digests_held_for_want_of_a_channel_are_recorded_once(tmp_path, wh):
     assert {e.detail["held"] for e in held} == {"no channel reaches the recipient"}
     assert len(held) == len({j.user for j in WEEK})
     assert send_digests(wh, cfg, make_postman(cfg), "weekly", DIGEST_NOW) == []
+
+
+def site_config(tmp_path: Path, port: int, weekly: bool) -> Path:
+    file = tmp_path / "sing.toml"
+    file.write_text(
+        f"""
+[site]
+warehouse = "wh"
+
+[policy]
+dry_run = false
+weekly_digests = {str(weekly).lower()}
+smtp_host = "127.0.0.1"
+smtp_port = {port}
+mail_domain = "example.edu"
+timezone = "{BERLIN}"
+"""
+    )
+    return file
+
+
+def test_sing_policy_digest_sends_the_weeks_digests_once(tmp_path, wh, capsys):
+    with smtp_server() as box:
+        argv = ["--config", str(site_config(tmp_path, box.port, True)), "policy", "digest"]
+        when = ["--weekly", "--now", "2026-01-12T09:00:00+01:00"]
+        assert main([*argv, *when, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert main([*argv, *when]) == 0
+        assert capsys.readouterr().out == "no weekly digest is due (each goes out once)\n"
+    users = sorted({j.user for j in WEEK})
+    assert sorted((r["user"], r["recipient"], r["ok"]) for r in rows) == [
+        (u, f"{u}@example.edu", True) for u in users
+    ]
+    assert len(box.received) == len(users)
+    [row] = trail(wh, "weekly_digest")[:1]
+    assert row["actor"].startswith("sing policy digest@")
+
+
+def test_sing_policy_digest_says_when_digests_are_off(tmp_path, wh, capsys):
+    argv = ["--config", str(site_config(tmp_path, free_port(), False)), "policy", "digest"]
+    assert main([*argv, "--weekly"]) == 1
+    assert "weekly digests are off: set [policy] weekly_digests = true" in capsys.readouterr().err
