@@ -50,16 +50,17 @@ def send_job_end_reports(
     notes = load_notes(
         config.resolve_path(thresholds.notes_file) if thresholds.notes_file else None
     )
+    since = now - JOB_END_LOOKBACK  # a job's report is recorded after the job ended
     finished = con.execute(
         """
         SELECT cluster, job_id, "user", account FROM jobs
-        WHERE start_time IS NOT NULL AND end_time >= $since AND end_time < $now
+        WHERE start_time IS NOT NULL AND num_gpus > 0 AND end_time >= $since AND end_time < $now
           AND NOT list_contains($opted_out, "user")
         ORDER BY end_time, cluster, job_id
         """,
-        {"since": now - JOB_END_LOOKBACK, "now": now, "opted_out": settings.job_end_opt_out},
+        {"since": since, "now": now, "opted_out": settings.job_end_opt_out},
     ).fetchall()
-    settled = _settled(con, JOB_END, dry, lambda e: (e["cluster"], e["job_id"]))
+    settled = _settled(con, JOB_END, dry, since, lambda e: (e["cluster"], e["job_id"]))
     events: list[audit.Event] = []
     for cluster, job_id, user, account in finished:
         if (cluster, job_id) in settled:
@@ -94,7 +95,8 @@ def send_digests(
     rows = digest_figures(con, who, start, end)
     kind = WEEKLY_DIGEST if weekly else MONTHLY_DIGEST
     tag = {"period": start.isoformat()}
-    settled = _settled(con, kind, dry, lambda e: (e["cluster"], e[who], e["detail"]["period"]))
+    # A period's digests are recorded after it ends.
+    settled = _settled(con, kind, dry, end, lambda e: (e["cluster"], e[who], e["detail"]["period"]))
     events: list[audit.Event] = []
     for row in rows:
         name = row[who]
@@ -193,11 +195,12 @@ def _settled(
     con: duckdb.DuckDBPyConnection,
     kind: str,
     dry: bool,
+    since: datetime,
     key: Callable[[dict[str, Any]], tuple],
 ) -> set[tuple]:
-    """Keys of the messages of `kind` already settled: sent (or held for want of a channel)
-    for real, or, in a dry run, also already recorded by an earlier dry run."""
-    trail = audit.events(con, kinds=(audit.MESSAGE,)).filter(outcome=kind, ok=True)
+    """Keys of the messages of `kind` recorded since `since` and settled: sent (or held for
+    want of a channel) for real, or, in a dry run, also already recorded by an earlier dry run."""
+    trail = audit.events(con, since=since, kinds=(audit.MESSAGE,)).filter(outcome=kind, ok=True)
     if not dry:
         trail = trail.filter(dry_run=False)
     return {key({**e, "detail": json.loads(e["detail"] or "{}")}) for e in trail.to_dicts()}

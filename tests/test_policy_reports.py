@@ -127,6 +127,7 @@ END_NOW = at(24 * 6 + 19)
 def test_each_finished_job_is_reported_to_its_owner_once(tmp_path, wh):
     write(wh, [Job("d1", "dave", "nlp", (0.5, 0.25), 24 * 6 + 12, 1)])
     add_job(wh, "running", ["n-d1"], 1, at(24 * 6 + 12), None, user="dave")
+    add_job(wh, "cpu-only", ["n-d1"], 0, at(24 * 6 + 12), at(24 * 6 + 13), user="dave")
     with smtp_server() as box:
         cfg = config(tmp_path, box.port, job_end_reports=True)
         sent = send_job_end_reports(wh, cfg, make_postman(cfg), END_NOW)
