@@ -177,3 +177,24 @@ def test_disabled_rules_are_not_loaded():
         settings({"a": {"kind": "idle_gpus"}, "b": {"kind": "idle_gpus", "enabled": False}})
     )
     assert [r.name for r in rules] == ["a"]
+
+
+def test_a_round_opens_only_the_days_it_reads(wh):
+    old = NOW - timedelta(days=30)
+    job(wh, "1", [0.0, 0.0], start=old, end=old + timedelta(hours=1))
+    job(wh, "2", [0.0, 0.0])
+    wh.compact(now=NOW + timedelta(days=1))  # the old day is rolled up and stored
+    con = wh.connect({"jobs": None, "gpu_samples": NOW.date()})
+    try:
+        views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        assert {"jobs", "gpu_samples", "job_gpu_usage", "gpu_hourly"} <= views
+        assert not {"rdma_samples", "policy_events", "nodes"} & views
+        for view in ("gpu_samples", "job_gpu_usage"):
+            (ids,) = con.execute(f"SELECT list(DISTINCT job_id) FROM {view}").fetchone()
+            assert ids == ["2"], view
+    finally:
+        con.close()
+    (everything,) = (
+        wh.connect().execute("SELECT count(DISTINCT job_id) FROM job_gpu_usage").fetchone()
+    )
+    assert everything == 2
