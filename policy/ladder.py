@@ -256,8 +256,11 @@ class Ladder:
             return replace(d, action=HELD if ep.held != hold else WAIT, hold=hold)
         if kind != CANCELLED:
             self.last_sent[(d.job["user"], d.rule.name, d.dry_run)] = (self.now, d.job["job_id"])
-        deadline = self.now + timedelta(minutes=d.rule.grace_minutes) if kind == WARN else None
-        return replace(d, action=kind, deadline=deadline or d.deadline)
+        if kind == WARN and "cancel" in d.rule.actions:  # a warning without a cancel sets none
+            return replace(
+                d, action=kind, deadline=self.now + timedelta(minutes=d.rule.grace_minutes)
+            )
+        return replace(d, action=kind)
 
 
 def same_start(a: datetime | None, b: datetime | None) -> bool:

@@ -259,7 +259,7 @@ def test_quiet_hours_hold_messages_and_the_deadline_counts_from_the_send(world):
     start = night - timedelta(hours=2)
     add_job(world.wh, "1", start)
     add_samples(world.wh, "1", start, night + timedelta(hours=12), IDLE)
-    rule = {"idle": {**RULE, "actions": ["warn"], "dry_run": False}}
+    rule = {"idle": {**RULE, "actions": ["warn", "cancel"], "dry_run": False}}
     quiet = settings(rule, dry_run=False, quiet_hours="22:00-07:00", timezone="UTC")
     policy = engine(world.wh, quiet, world.executor, world.postman)
     (held,) = policy.run(night).decisions
