@@ -15,7 +15,7 @@ from policy import audit
 from policy.engine import Engine, Round
 from policy.ladder import Decision
 from policy.postman import make_postman
-from policy.reports import send_digests, send_job_end_reports
+from policy.reports import PERIODS, send_digests, send_job_end_reports
 from policy.settings import PolicySettings
 from sing.config import Config
 from sing.errors import UserError
@@ -64,22 +64,30 @@ def make_engine(config: Config, warehouse: Warehouse, command: str) -> Engine:
 
 def policy_job(config: Config, warehouse: Warehouse) -> tuple[Callable[[], Round], float] | None:
     """The collector's scheduled policy round and its interval; None with nothing to do (no
-    rule, no job-end reports) or `[policy] interval_s = 0`. A bad rule is an error now, when
-    the collector starts."""
+    rule, no job-end reports, no digests) or `[policy] interval_s = 0`. A bad rule is an error
+    now, when the collector starts."""
     settings = config.section("policy", PolicySettings)
     if settings.interval_s <= 0:
         return None
     engine = make_engine(config, warehouse, "sing collector")
-    if not engine.rules and not settings.job_end_reports:
+    reports = (
+        settings.job_end_reports or settings.weekly_digests or settings.monthly_account_digests
+    )
+    if not engine.rules and not reports:
         return None
     return lambda: full_round(engine, config), settings.interval_s
 
 
-def full_round(engine: Engine, config: Config) -> Round:
-    """A round of the rules, then the reports of jobs that ended (when the site sends them)."""
-    result = engine.run()
-    now = datetime.now(UTC)
-    send_job_end_reports(engine.warehouse, config, engine.postman, now, actor=engine.actor)
+def full_round(engine: Engine, config: Config, now: datetime | None = None) -> Round:
+    """A round of the rules, then the reports of jobs that ended and the digests that are due
+    (each is sent once, so every round may try). Like the ladder's notices, reports and digests
+    wait while quiet hours last: a later round sends them."""
+    now = now or datetime.now(UTC)
+    result = engine.run(now)
+    if now not in engine.quiet:
+        send_job_end_reports(engine.warehouse, config, engine.postman, now, actor=engine.actor)
+        for period in PERIODS:
+            send_digests(engine.warehouse, config, engine.postman, period, now, actor=engine.actor)
     return result
 
 

@@ -30,6 +30,7 @@ from warehouse.store import Warehouse
 # down, does not flood users with old news).
 JOB_END_LOOKBACK = timedelta(days=1)
 ACTOR = "sing policy run"
+PERIODS: tuple[Literal["weekly", "monthly"], ...] = ("weekly", "monthly")
 
 
 def send_job_end_reports(

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from policy import audit
+from policy.cli import full_round, make_engine
 from policy.postman import make_postman
 from policy.reports import last_period, send_digests, send_job_end_reports
 from sing.cli import main
@@ -311,3 +312,22 @@ def test_sing_policy_digest_says_when_digests_are_off(tmp_path, wh, capsys):
     argv = ["--config", str(site_config(tmp_path, free_port(), False)), "policy", "digest"]
     assert main([*argv, "--weekly"]) == 1
     assert "weekly digests are off: set [policy] weekly_digests = true" in capsys.readouterr().err
+
+
+def test_each_round_sends_what_is_due_once_and_nothing_in_quiet_hours(tmp_path, wh):
+    """The collector's round sends job-end reports and digests itself, each once, and holds
+    them while quiet hours last (END_NOW is 06:00 in Berlin)."""
+    with smtp_server() as box:
+        cfg = config(
+            tmp_path, box.port, job_end_reports=True, weekly_digests=True,
+            quiet_hours="05:00-07:00",
+        )  # fmt: skip
+        engine = make_engine(cfg, wh, "sing collector")
+        full_round(engine, cfg, END_NOW)
+        assert box.received == [] and trail(wh, "job_end") == []
+        for minutes in (120, 125):
+            full_round(engine, cfg, END_NOW + timedelta(minutes=minutes))
+    assert [r["job_id"] for r in trail(wh, "job_end")] == ["late"]
+    digests = sorted(r["user"] for r in trail(wh, "weekly_digest"))
+    assert digests == sorted({j.user for j in WEEK})
+    assert len(box.received) == 1 + len(digests)
