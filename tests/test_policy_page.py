@@ -146,6 +146,7 @@ def test_admin_page_lists_exactly_the_pending_warnings(warehouse: Warehouse) -> 
         "101": "real", "104": "real", "105": "dry run", "110": "real"
     }  # fmt: skip
     assert set(pending["seen"].dropna()) == {SEEN}
+    assert pending.iloc[1]["figures"] == "idle gpus 4, mean util 0.012"  # job 101's verdict
     assert metrics(at)["Pending warnings"] == "4"
 
 
@@ -221,3 +222,14 @@ def test_a_time_zone_that_does_not_exist_is_named(
     assert not at.dataframe
     at = open_app(ALICE, "my_jobs")  # the jobs still show; the warnings say why they cannot
     assert "Mars/Olympus" in at.error[0].value and at.dataframe
+
+
+def test_a_site_without_policies_gets_a_hint(
+    warehouse: Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare = Warehouse(tmp_path / "wh")
+    bare.append("jobs", warehouse.connect().sql("SELECT * FROM jobs").to_arrow_table())
+    monkeypatch.setenv("SING_WAREHOUSE", str(bare.root))
+    at = open_app(ADMIN, "policy")
+    assert "No policy warned, messaged or acted" in at.info[0].value
+    assert metrics(at)["Pending warnings"] == "0" and at.dataframe[0].value.empty

@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import policy_data
-from dashboards.policy_view import local_time, site_zone
+from dashboards.policy_view import figures, local_time, site_zone
 from dashboards.widgets import JOB_COLUMNS, data_span, job_link_column, visit, window_picker
 from policy.settings import PolicySettings
 from sing.config import ConfigError
@@ -51,6 +51,7 @@ st.dataframe(
         *in_site_time("warned_at", "deadline"),
         MODE,
         "seen",
+        pl.col("evidence").map_elements(figures, return_dtype=pl.String).alias("figures"),
     ),
     hide_index=True,
     column_config=COLUMNS,
@@ -62,6 +63,11 @@ trail = policy_data.trail(v.warehouse, since, until).with_columns(*in_site_time(
 actions = trail.filter(pl.col("event") == "action")
 messages = trail.filter(pl.col("event") == "message")
 failures = trail.filter(~pl.col("ok"))
+if pending.is_empty() and trail.is_empty():
+    st.info(
+        "No policy warned, messaged or acted in this window. Rules are set in [policy.rules] "
+        "and evaluated by the collector or `sing policy run` (docs/policy.md)."
+    )
 
 a, b, c, d, e = st.columns(5)
 a.metric("Pending warnings", f"{pending.height}")
