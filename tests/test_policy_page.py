@@ -33,9 +33,11 @@ JOBS = {
     "105": (ALICE, "untouched"),
     "106": (BOB, "idle"),
     "107": (BOB, "idle"),
+    "108": (BOB, "idle"),
     "110": (ALICE, "idle"),
 }
 PENDING = {"101", "104", "105", "110"}
+ENDED = {"102": ("CANCELLED", -55), "108": ("COMPLETED", -35)}  # job -> (state, minutes)
 
 
 def minutes(n: float) -> datetime:
@@ -89,6 +91,9 @@ def trail() -> list[Event]:
         ),
         # 107: warned, deadline passed, no cancellation (yet): no longer pending.
         warn("107", minutes(-150), minutes(-30), channel="email", recipient="bob@campus.edu"),
+        # 108: warned, then the job ended before its deadline: the verdict alone closes it.
+        warn("108", minutes(-70), minutes(50), channel="email", recipient="bob@campus.edu"),
+        event("108", minutes(-35), EVALUATION, "ended"),
         # 110: an earlier episode ended (left alone); a new warning since: pending again.
         warn("110", minutes(-300), minutes(-240), channel="email", recipient="alice@campus.edu"),
         event("110", minutes(-250), ACTION, "left_alone", detail={"why": "recovered"}),
@@ -102,11 +107,11 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     wh = Warehouse(root)
     start = END - timedelta(days=1)
     jobs = [
-        JobRecord(job, "campus", "CANCELLED" if job == "102" else "RUNNING", user=user,
-                  account="physics", partition="gpu", name=f"train-{job}", submit_time=start,
-                  start_time=start, end_time=minutes(-55) if job == "102" else None,
-                  nodes=("gpu01",), num_gpus=4)
+        JobRecord(job, "campus", state, user=user, account="physics", partition="gpu",
+                  name=f"train-{job}", submit_time=start, start_time=start,
+                  end_time=minutes(ended) if ended else None, nodes=("gpu01",), num_gpus=4)
         for job, (user, _) in JOBS.items()
+        for state, ended in [ENDED.get(job, ("RUNNING", None))]
     ]  # fmt: skip
     jobs.append(JobRecord("100", "campus", "COMPLETED", user=BOB, submit_time=start,
                           start_time=start, end_time=END, exit_code=0))  # fmt: skip
@@ -158,14 +163,14 @@ def test_admin_page_shows_actions_messages_failures_and_counts(warehouse: Wareho
     cancel = actions[actions["outcome"] == "cancel"].iloc[0]
     assert (cancel["channel"], cancel["actor"], cancel["mode"]) == ("slurm", ACTOR, "real")
     assert cancel["ts"].strftime("%Y-%m-%d %H:%M") == "2026-06-01 13:05"  # 11:05 UTC
-    assert len(messages) == 11 and set(messages["outcome"]) == {"warn", "cancelled"}
+    assert len(messages) == 12 and set(messages["outcome"]) == {"warn", "cancelled"}
     assert job_ids(failures) == ["106"] and "connection refused" in failures["detail"][0]
     shown = metrics(at)
     assert (shown["Jobs cancelled"], shown["Left alone"], shown["Failures"]) == ("1", "2", "1")
-    assert shown["Messages"] == "10"  # the failed one not
+    assert shown["Messages"] == "11"  # the failed one not
     idle = per_rule[per_rule["rule"] == "idle"].iloc[0]
-    # Warned: 101, 102, 104, 107, 110 (106's failed); violating: only 101 has its verdict here.
-    assert (idle["warn"], idle["cancel"], idle["left_alone"], idle["failed"]) == (5, 1, 1, 1)
+    # Warned: 101, 102, 104, 107, 108, 110 (106's failed); violating: only 101 has a verdict.
+    assert (idle["warn"], idle["cancel"], idle["left_alone"], idle["failed"]) == (6, 1, 1, 1)
     assert idle["violating"] == 1 and idle["mode"] == "real"
     untouched = per_rule[per_rule["rule"] == "untouched"].iloc[0]
     assert (untouched["warn"], untouched["mode"]) == (1, "dry run")
