@@ -16,6 +16,7 @@ from policy import audit
 from policy.engine import Engine
 from policy.ladder import Decision
 from policy.messages import Postman
+from policy.reports import send_digests
 from policy.settings import PolicySettings
 from sing.config import Config
 from sing.errors import UserError
@@ -36,6 +37,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     log.add_argument("--user", help="only this user's jobs and messages")
     log.add_argument("--json", action="store_true", help="machine-readable output")
     log.set_defaults(func=cmd_log)
+    digest = sub.add_parser("digest", help="send the last week's or month's usage digests")
+    period = digest.add_mutually_exclusive_group(required=True)
+    for name, help_text in (
+        ("weekly", "per user, the last complete week (Monday to Sunday)"),
+        ("monthly", "per account with a contact, the last complete month"),
+    ):
+        period.add_argument(
+            f"--{name}", dest="period", action="store_const", const=name, help=help_text
+        )
+    digest.add_argument("--dry-run", action="store_true", help="record what would go; send nothing")
+    digest.add_argument(
+        "--now",
+        type=datetime.fromisoformat,
+        help="the period before this time (ISO 8601, UTC unless it says)",
+    )
+    digest.add_argument("--json", action="store_true", help="machine-readable output")
+    digest.set_defaults(func=cmd_digest)
 
 
 def make_engine(config: Config, warehouse: Warehouse, command: str) -> Engine:
@@ -98,6 +116,45 @@ def cmd_log(args: argparse.Namespace, config: Config) -> int:
     finally:
         con.close()
     return _print(frame, args.json, "the audit trail has no events in this window")
+
+
+def cmd_digest(args: argparse.Namespace, config: Config) -> int:
+    settings = config.section("policy", PolicySettings)
+    switch = "weekly_digests" if args.period == "weekly" else "monthly_account_digests"
+    if not getattr(settings, switch):
+        raise UserError(f"{args.period} digests are off: set [policy] {switch} = true")
+    now = args.now or datetime.now(UTC)
+    now = now if now.tzinfo else now.replace(tzinfo=UTC)
+    warehouse = Warehouse(config.warehouse_dir(args.warehouse))
+    actor = audit.actor("sing policy digest")
+    sent = send_digests(warehouse, config, postman(config), args.period, now, args.dry_run, actor)
+    rows = [
+        {
+            "cluster": e.cluster,
+            "user": e.user,
+            "account": e.account,
+            "channel": e.channel,
+            "recipient": e.recipient,
+            "ok": e.ok,
+            "dry_run": e.dry_run,
+            "note": e.detail.get("error") or e.detail.get("held"),
+        }
+        for e in sent
+    ]
+    frame = pl.DataFrame(rows, schema=DIGEST_COLUMNS)
+    return _print(frame, args.json, f"no {args.period} digest is due (each goes out once)")
+
+
+DIGEST_COLUMNS = {
+    "cluster": pl.String,
+    "user": pl.String,
+    "account": pl.String,
+    "channel": pl.String,
+    "recipient": pl.String,
+    "ok": pl.Boolean,
+    "dry_run": pl.Boolean,
+    "note": pl.String,
+}
 
 
 def parse_since(text: str, now: datetime) -> datetime:
