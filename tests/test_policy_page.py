@@ -16,7 +16,10 @@ from streamlit.testing.v1 import AppTest
 from dashboards.policy_view import ICON
 from executors.records import JobRecord, to_tables
 from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
+from policy.cli import make_engine
+from sing.config import Config
 from tests.dashboard_app import metrics, open_app
+from tests.policy_world import add_job, add_samples
 from warehouse.store import Warehouse
 
 END = datetime(2026, 6, 1, 12, tzinfo=UTC)  # the end of the data: "now" for the dashboards
@@ -238,3 +241,31 @@ def test_a_site_without_policies_gets_a_hint(
     at = open_app(ADMIN, "policy")
     assert "No policy warned, messaged or acted" in at.info[0].value
     assert metrics(at)["Pending warnings"] == "0" and at.dataframe[0].value.empty
+
+
+def test_a_warning_of_the_engine_reaches_its_users_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole way: a job idles, `sing policy run`'s engine (the site's executor and postman,
+    no channel configured) warns, and the user's pages show what the warning says."""
+    wh = Warehouse(tmp_path / "wh")
+    start = END - timedelta(hours=3)
+    add_job(wh, "501", start, user=ALICE)
+    add_samples(wh, "501", start, END, {("n1", 0): 0.0, ("n1", 1): 0.01})
+    file = tmp_path / "sing.toml"
+    file.write_text(
+        '[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n[executor]\nkind = "slurm"\n'
+        '[policy]\ndry_run = false\ntimezone = "America/New_York"\n'
+        '[policy.rules.idle]\nkind = "idle_gpus"\nactions = ["warn", "cancel"]\n'
+        "dry_run = false\nminutes = 60\ngrace_minutes = 90\n"
+    )
+    make_engine(Config.load(file), wh, "sing policy run").run(END)
+    monkeypatch.setenv("SING_WAREHOUSE", str(wh.root))
+    monkeypatch.setenv("SING_CONFIG", str(file))
+    for page, query in (("my_jobs", None), ("job", {"job": "501"})):
+        (banner,) = banners(open_app(ALICE, page, query))
+        assert banner.startswith("**Job 501** (campus), rule **idle**")
+        assert "Seen: GPUs under 5% utilisation for 60 minutes." in banner
+        assert "Deadline: 2026-06-01 09:30 EDT (warned 2026-06-01 08:00 EDT)." in banner
+        assert "cancel it: `scancel 501`" in banner
+    assert not banners(open_app(BOB, "my_jobs"))
