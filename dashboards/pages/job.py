@@ -35,8 +35,8 @@ if report is None or not v.viewer.may_see_job(report["user"]):
     st.error(f"No job {job_id} that you may see.")
     st.stop()
 
-warnings = policy_data.pending_warnings(v.warehouse, span.last, job_id=job_id)
-warning_banners(warnings.filter(cluster=report["cluster"]), v.viewer, v.config)
+warnings = policy_data.pending_warnings(v.warehouse, span.last)
+warning_banners(warnings.filter(cluster=report["cluster"], job_id=job_id), v.viewer, v.config)
 job_report_section(report)
 
 end = report["end_time"] or span.last

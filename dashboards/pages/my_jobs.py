@@ -25,7 +25,8 @@ if v.viewer.role == ADMIN:  # admins may look at anybody's jobs, their own by de
     names = data.users(v.warehouse)
     user = st.selectbox("User", names, index=names.index(user) if user in names else 0, key="user")
 st.title(f"Jobs of {user}")
-warning_banners(policy_data.pending_warnings(v.warehouse, span.last, user), v.viewer, v.config)
+warnings = policy_data.pending_warnings(v.warehouse, span.last)
+warning_banners(warnings.filter(user=user), v.viewer, v.config)
 since, until = window_picker(span, default_days=30)
 
 with st.spinner("Loading jobs..."):
