@@ -5,10 +5,10 @@ other tables: cached, each call on a fresh warehouse snapshot, pages never build
 
 A warning is *pending* while its deadline lies ahead and nothing ended its ladder: the newest
 warning per (cluster, job, rule) that went out (or was decided, in a dry run) with a deadline
-after `now`, and no later successful cancellation, "left alone", recovery, end or change of the
-job. `now` is the end of the data, as everywhere in the dashboards. (An older warning with a
-later deadline than the newest cannot hide behind it: a new warning follows only a "left
-alone", which closes the older one.)
+after `now` (or none: a rule that warns without cancelling), and no later successful
+cancellation, "left alone", recovery, end or change of the job. `now` is the end of the data,
+as everywhere in the dashboards. (An older warning with a later deadline than the newest cannot
+hide behind it: a new warning follows only a "left alone", which closes the older one.)
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ WITH warned AS (
            arg_max("user", ts) AS "user", arg_max(account, ts) AS account,
            arg_max(dry_run, ts) AS dry_run, arg_max(detail, ts) AS detail
     FROM policy_events
-    WHERE event = 'message' AND outcome = 'warn' AND (ok OR channel IS NULL) AND deadline > $now
+    WHERE event = 'message' AND outcome = 'warn' AND (ok OR channel IS NULL)
+      AND (deadline > $now OR deadline IS NULL)
       AND job_id IS NOT NULL AND rule IS NOT NULL
     GROUP BY ALL
 ),
@@ -65,13 +66,14 @@ FROM warned w
 LEFT JOIN closed c USING (cluster, job_id, rule)
 LEFT JOIN seen s USING (cluster, job_id, rule)
 WHERE c.closed_at IS NULL OR c.closed_at < w.warned_at
-ORDER BY w.deadline, w.cluster, w.job_id, w.rule
+ORDER BY w.deadline NULLS LAST, w.cluster, w.job_id, w.rule
 """
 
 
 @cached
 def pending_warnings(root: str, now: datetime) -> pl.DataFrame:
-    """Warnings whose deadline is still ahead at `now`, soonest first, of every job (one
+    """Warnings whose deadline is still ahead at `now` (soonest first; those without one
+    last), of every job (one
     query shared by all visitors; pages pick their user's or job's rows). `evidence` is the
     verdict's figures (JSON)."""
     params = {"now": now, "seen": f"$.{SEEN}", "command": f"$.{CANCEL_COMMAND}"}

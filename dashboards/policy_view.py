@@ -61,10 +61,11 @@ def warning_banners(warnings: pl.DataFrame, viewer: Viewer, config: Config) -> N
             lines.append(f"Seen: {w['seen']}.")
         if seen := figures(w["evidence"]):
             lines.append(f"Figures: {seen}.")
-        lines.append(
-            f"Deadline: {local_time(w['deadline'], zone)} "
-            f"(warned {local_time(w['warned_at'], zone)})."
-        )
+        warned = local_time(w["warned_at"], zone)
+        if w["deadline"] is None:  # the rule warns without cancelling
+            lines.append(f"Warned {warned}; no cancellation follows.")
+        else:
+            lines.append(f"Deadline: {local_time(w['deadline'], zone)} (warned {warned}).")
         if w["cancel_command"]:
             lines.append(f"If the job is no longer needed, cancel it: `{w['cancel_command']}`")
         st.warning("  \n".join(lines), icon=ICON)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -37,9 +38,10 @@ JOBS = {
     "106": (BOB, "idle"),
     "107": (BOB, "idle"),
     "108": (BOB, "idle"),
+    "109": (BOB, "multinode"),
     "110": (ALICE, "idle"),
 }
-PENDING = {"101", "104", "105", "110"}
+PENDING = {"101", "104", "105", "109", "110"}
 ENDED = {"102": ("CANCELLED", -55), "108": ("COMPLETED", -35)}  # job -> (state, minutes)
 
 
@@ -97,6 +99,8 @@ def trail() -> list[Event]:
         # 108: warned, then the job ended before its deadline: the verdict alone closes it.
         warn("108", minutes(-70), minutes(50), channel="email", recipient="bob@campus.edu"),
         event("108", minutes(-35), EVALUATION, "ended"),
+        # 109: a rule that warns without cancelling: no deadline, pending until the ladder ends.
+        event("109", minutes(-15), MESSAGE, "warn", channel="email", recipient="bob@campus.edu"),
         # 110: an earlier episode ended (left alone); a new warning since: pending again.
         warn("110", minutes(-300), minutes(-240), channel="email", recipient="alice@campus.edu"),
         event("110", minutes(-250), ACTION, "left_alone", detail={"why": "recovered"}),
@@ -151,11 +155,12 @@ def test_admin_page_lists_exactly_the_pending_warnings(warehouse: Warehouse) -> 
     assert str(soonest["deadline"].tz) == "Europe/Zurich"
     assert soonest["deadline"].strftime("%H:%M") == "14:20"  # 12:20 UTC in summer time
     assert dict(zip(job_ids(pending), pending.sort_values("job")["mode"], strict=True)) == {
-        "101": "real", "104": "real", "105": "dry run", "110": "real"
+        "101": "real", "104": "real", "105": "dry run", "109": "real", "110": "real"
     }  # fmt: skip
     assert set(pending["seen"].dropna()) == {SEEN}
     assert pending.iloc[1]["figures"] == "idle gpus 4, mean util 0.012"  # job 101's verdict
-    assert metrics(at)["Pending warnings"] == "4"
+    assert pending.iloc[-1]["job"] == "job?job=109" and pd.isna(pending.iloc[-1]["deadline"])
+    assert metrics(at)["Pending warnings"] == "5"
 
 
 def test_admin_page_shows_actions_messages_failures_and_counts(warehouse: Warehouse) -> None:
@@ -166,11 +171,11 @@ def test_admin_page_shows_actions_messages_failures_and_counts(warehouse: Wareho
     cancel = actions[actions["outcome"] == "cancel"].iloc[0]
     assert (cancel["channel"], cancel["actor"], cancel["mode"]) == ("slurm", ACTOR, "real")
     assert cancel["ts"].strftime("%Y-%m-%d %H:%M") == "2026-06-01 13:05"  # 11:05 UTC
-    assert len(messages) == 12 and set(messages["outcome"]) == {"warn", "cancelled"}
+    assert len(messages) == 13 and set(messages["outcome"]) == {"warn", "cancelled"}
     assert job_ids(failures) == ["106"] and "connection refused" in failures["detail"][0]
     shown = metrics(at)
     assert (shown["Jobs cancelled"], shown["Left alone"], shown["Failures"]) == ("1", "2", "1")
-    assert shown["Messages"] == "11"  # the failed one not
+    assert shown["Messages"] == "12"  # the failed one not
     idle = per_rule[per_rule["rule"] == "idle"].iloc[0]
     # Warned: 101, 102, 104, 107, 108, 110 (106's failed); violating: only 101 has a verdict.
     assert (idle["warn"], idle["cancel"], idle["left_alone"], idle["failed"]) == (6, 1, 1, 1)
@@ -191,7 +196,9 @@ def test_a_user_sees_their_own_real_warnings_and_no_one_elses(warehouse: Warehou
     assert "cancel it: `scancel 101`" in first
     assert not any("104" in b or "105" in b or "Dry run" in b for b in shown)
     at = open_app(BOB, "my_jobs")
-    assert [b.split("**")[1] for b in banners(at)] == ["Job 104"]
+    bobs = banners(at)
+    assert [b.split("**")[1] for b in bobs] == ["Job 104", "Job 109"]
+    assert "Warned 2026-06-01 13:45 CEST; no cancellation follows." in bobs[1]
 
 
 def test_the_job_page_warns_the_owner_and_admins_only(warehouse: Warehouse) -> None:
