@@ -195,11 +195,16 @@ class Engine:
         return [done, *self._send(d, now, CANCELLED)]
 
     def _send(self, d: Decision, now: datetime, kind: str) -> list[Event]:
+        # What the user is told, kept for the dashboards' warning banners (dashboards/).
+        told = {
+            "seen": d.rule.says(),
+            "cancel_command": cancel_command(self.executor, d.job["job_id"]),
+        }
         if d.dry_run:
-            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline)]
+            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline, detail=told)]
         deliveries = self.postman.send(self._message(d, kind))
         if not deliveries:  # no channel reaches this user: decided and recorded all the same
-            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline)]
+            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline, detail=told)]
         return [
             self._event(
                 d,
@@ -210,7 +215,7 @@ class Engine:
                 channel=x.channel,
                 recipient=x.recipient,
                 ok=x.ok,
-                detail={"error": x.error} if x.error else {},
+                detail={**told, "error": x.error} if x.error else told,
             )
             for x in deliveries
         ]

@@ -36,6 +36,7 @@ END = datetime(2026, 6, 1, tzinfo=UTC)
 PAGES = {
     "": 3,
     "idle": 1,
+    "policy": 0,
     "nodes": 1,
     "fairness": 3,
     "my-jobs": 1,

@@ -9,7 +9,8 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, policy_data
+from dashboards.policy_view import warning_banners
 from dashboards.widgets import data_span, job_report_section, visit
 from sing.errors import UserError
 
@@ -34,6 +35,8 @@ if report is None or not v.viewer.may_see_job(report["user"]):
     st.error(f"No job {job_id} that you may see.")
     st.stop()
 
+warnings = policy_data.pending_warnings(v.warehouse, span.last)
+warning_banners(warnings.filter(cluster=report["cluster"], job_id=job_id), v.viewer, v.config)
 job_report_section(report)
 
 end = report["end_time"] or span.last

@@ -4,8 +4,9 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, policy_data
 from dashboards.access import ADMIN
+from dashboards.policy_view import warning_banners
 from dashboards.widgets import (
     JOB_COLUMNS,
     data_span,
@@ -24,6 +25,8 @@ if v.viewer.role == ADMIN:  # admins may look at anybody's jobs, their own by de
     names = data.users(v.warehouse)
     user = st.selectbox("User", names, index=names.index(user) if user in names else 0, key="user")
 st.title(f"Jobs of {user}")
+warnings = policy_data.pending_warnings(v.warehouse, span.last)
+warning_banners(warnings.filter(user=user), v.viewer, v.config)
 since, until = window_picker(span, default_days=30)
 
 with st.spinner("Loading jobs..."):
