@@ -88,7 +88,8 @@ def job_intensity(
     con.register("_jobs", jobs.select("cluster", "job_id", "w_start", "w_end").to_arrow())
     con.register("_intensity", series.to_arrow())
     try:
-        return con.sql(JOB_INTENSITY_SQL, params=params).pl()
+        window = {k: params[k] for k in ("since", "until", "now")}
+        return con.sql(JOB_INTENSITY_SQL, params=window).pl()
     finally:
         con.unregister("_jobs")
         con.unregister("_intensity")
