@@ -238,3 +238,42 @@ def _with_allocations(
     return grouped.with_columns(
         allocation_units=allocation, remaining_units=allocation - pl.col("charge_units")
     )
+
+
+def method(settings: AccountingSettings) -> dict[str, str]:
+    """What each figure includes, in words: the `method` of --json and the table's footnotes."""
+    weights = ", ".join(f"{m} {w:g}" for m, w in sorted(settings.gpu_weights.items()))
+    host = "no host power"
+    if settings.node_power_w or settings.node_power_w_by_model:
+        by_model = ", ".join(
+            f"{m} {w:g} W" for m, w in sorted(settings.node_power_w_by_model.items())
+        )
+        host = (
+            f"the job's share of its nodes' host power ({settings.node_power_w:g} W per node"
+            + (f"; {by_model}" if by_model else "")
+            + ") by its GPUs there"
+        )
+    if settings.carbon_intensity_file:
+        carbon_note = (
+            "energy x hourly grid intensity by hour of use (weighted by the job's GPU power), "
+            f"from {settings.carbon_intensity_file}; unknown where the series has no value"
+        )
+    elif settings.has_carbon:
+        carbon_note = f"energy x a constant {settings.carbon_intensity:g} g CO2e/kWh"
+    else:
+        carbon_note = "unknown: no carbon intensity configured ([accounting] carbon_intensity)"
+    return {
+        "window": "the part of each job inside [since, until); running jobs up to now",
+        "allocated": "GPUs allocated x hours (as Slurm's AllocTRES gres/gpu)",
+        "used_idle": "allocated x mean utilisation / idle-sample share of the job's samples in "
+        "the window; jobs without samples count in unmeasured_gpu_hours only",
+        "charge": "allocated GPU-hours x weight per GPU model ("
+        + (f"{weights}; " if weights else "")
+        + f"others {settings.default_weight:g})",
+        "energy": "GPU energy counters (deltas, resets handled) in the window + "
+        + host
+        + f", x PUE {settings.pue:g}",
+        "carbon": carbon_note,
+        "model": "GPU model of the node inventory at the job's start; a job spanning models is "
+        "split by its GPUs on each",
+    }

@@ -8,6 +8,7 @@ hand in the test's docstring or comments.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +20,16 @@ from accounting.settings import AccountingSettings
 from accounting.usage import usage
 from collector.counters import CounterDeltas
 from sing.errors import UserError
-from tests.test_analytics import GIB, STEP, T0, add_gpu_samples, add_job, at, sample_times
+from tests.test_analytics import (
+    GIB,
+    STEP,
+    T0,
+    add_gpu_samples,
+    add_job,
+    at,
+    run_sing,
+    sample_times,
+)
 from warehouse.store import Warehouse
 
 DAY = timedelta(days=1)
@@ -322,3 +332,51 @@ def test_bad_input_is_a_user_error(two_powers: Warehouse, tmp_path: Path) -> Non
             run(two_powers, "user", at(-1), at(3), carbon_intensity_file=str(bad))
     with pytest.raises(UserError, match="carbon_intensity_file"):
         run(two_powers, "user", at(-1), at(3), carbon_intensity_file=str(tmp_path / "none.csv"))
+
+
+def test_sing_report_usage(two_powers: Warehouse, tmp_path: Path) -> None:
+    """The command line: a period, the site's weights and a series next to the config file
+    (relative path), as JSON with the method, as a table with units and footnotes, as CSV."""
+    (tmp_path / "intensity.csv").write_text(
+        "time,g_per_kwh\n2026-01-05T10:00:00Z,100\n2026-01-05T11:00:00Z,300\n"
+    )
+    config = tmp_path / "sing.toml"
+    config.write_text(
+        f'[site]\nwarehouse = "{two_powers.root}"\n'
+        '[accounting]\ngpu_weights = {H100 = 2.5}\ncarbon_intensity_file = "intensity.csv"\n'
+        'allocations = {alice-lab = {"2026-01" = 20.0}}\n'
+    )
+    base = (
+        "--config",
+        str(config),
+        "report",
+        "usage",
+        "--period",
+        "2026-01",
+        "--now",
+        "2026-02-01",
+    )
+    done = run_sing(*base, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    (row,) = out["rows"]
+    assert row["account"] == "alice-lab"
+    assert row["charge_units"] == pytest.approx(2 * 2.5)
+    assert row["remaining_units"] == pytest.approx(15.0)
+    assert row["carbon_kg"] == pytest.approx(0.375 * 250 / 1000)
+    assert "H100 2.5" in out["method"]["charge"]
+    assert "hourly grid intensity" in out["method"]["carbon"]
+
+    table = run_sing(*base, "--by", "model")
+    assert table.returncode == 0, table.stderr
+    heading, line, *notes = table.stdout.splitlines()
+    assert heading.split()[:4] == ["model", "jobs", "allocated", "GPU-h"]
+    assert "kWh" in heading and "kg CO2e" in heading
+    assert line.split()[:3] == ["H100", "1", "2.0"]
+    assert [n.split(":")[0] for n in notes] == ["charge", "energy", "carbon"]
+
+    csv = run_sing(*base, "--csv", "--by", "user")
+    assert csv.stdout.splitlines()[0].startswith("user,jobs,allocated_gpu_hours")
+
+    both = run_sing(*base, "--since", "2026-01-01")
+    assert both.returncode != 0 and "either --period or --since" in both.stderr
