@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 
+from accounting.periods import FORMS, period_window
+from accounting.settings import AccountingSettings
+from accounting.usage import GROUPS, method, usage
+from sing import tables
 from sing.config import Config
+from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
@@ -54,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.choices["idle"].add_argument("--min-nodes", type=int, default=2)
     sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
+    add_usage(sub)
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
@@ -212,6 +219,70 @@ def explain_unknown(frame: pl.DataFrame) -> list[str]:
             "sing warehouse import jobs FILE"
         )
     return lines
+
+
+def add_usage(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "usage",
+        help="GPU-hours, charge units, energy and carbon by account, user, partition, model",
+    )
+    p.add_argument("--by", choices=GROUPS, default="account", help="one row per (default account)")
+    p.add_argument("--since", type=_time, help="window start (ISO 8601, UTC)")
+    p.add_argument("--until", type=_time, help="window end (ISO 8601, UTC)")
+    p.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
+    p.add_argument("--now", type=_time, help=NOW_HELP)
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="rows and method as JSON")
+    form.add_argument("--csv", action="store_true", help="rows as CSV")
+    p.set_defaults(func=cmd_usage)
+
+
+USAGE_COLUMNS = (
+    Column("jobs", "jobs"),
+    Column("allocated_gpu_hours", "allocated GPU-h", digits=1),
+    Column("used_gpu_hours", "used GPU-h", digits=1),
+    Column("idle_gpu_hours", "idle GPU-h", digits=1),
+    Column("unmeasured_gpu_hours", "unmeasured GPU-h", digits=1),
+    Column("charge_units", "charge units", digits=1),
+    Column("allocation_units", "allocation units", digits=1, missing="none"),
+    Column("remaining_units", "remaining units", digits=1, missing="n/a"),
+    Column("energy_kwh", "energy kWh", digits=2),
+    Column("carbon_kg", "carbon kg CO2e", digits=2),
+    hours("mean_wait_s", "mean wait"),
+)
+
+
+def cmd_usage(args: argparse.Namespace, config: Config) -> int:
+    """`sing report usage`: accounting.usage over a window or a named period."""
+    if args.period and (args.since or args.until):
+        raise UserError("give either --period or --since/--until, not both")
+    since, until = (
+        period_window(args.period, "--period") if args.period else (args.since, args.until)
+    )
+    settings = config.section("accounting", AccountingSettings)
+    if settings.carbon_intensity_file:
+        settings = replace(
+            settings, carbon_intensity_file=str(config.resolve_path(settings.carbon_intensity_file))
+        )
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    now = report_now(wh, args.now)
+    frame = usage(wh.connect(), args.by, since, until, settings, now=now, cluster=args.cluster)
+    notes = method(settings)
+    if args.json:
+        window = {"since": since, "until": until, "now": now}
+        json.dump(
+            {"rows": frame.to_dicts(), "window": window, "method": notes}, sys.stdout, default=str
+        )
+        print()
+    elif args.csv:
+        sys.stdout.write(frame.write_csv())
+    else:
+        columns = [Column(args.by, args.by), *(c for c in USAGE_COLUMNS if c.key in frame.columns)]
+        print(tables.render(frame.to_dicts(), columns))
+        for name in ("charge", "energy", "carbon"):
+            print(f"{name}: {notes[name]}")
+    return 0
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
