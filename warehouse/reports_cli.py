@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from accounting import statement
 from accounting.periods import FORMS, period_window
 from accounting.settings import AccountingSettings
 from accounting.usage import GROUPS, method, usage
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
     add_usage(sub)
+    add_statement(sub)
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
@@ -253,6 +255,52 @@ USAGE_COLUMNS = (
 )
 
 
+def accounting_settings(config: Config) -> AccountingSettings:
+    """The [accounting] section, its carbon intensity file relative to the config file."""
+    settings = config.section("accounting", AccountingSettings)
+    if settings.carbon_intensity_file:
+        settings = replace(
+            settings, carbon_intensity_file=str(config.resolve_path(settings.carbon_intensity_file))
+        )
+    return settings
+
+
+def add_statement(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("statement", help="an account's usage statement for a period, as HTML")
+    p.add_argument("--period", required=True, help=f"e.g. 2026-11 (any of {FORMS})")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--account", help="the account (with --out FILE.html)")
+    which.add_argument("--all", metavar="DIR", help="every account's statement into DIR")
+    p.add_argument("--out", metavar="FILE", help="the HTML file to write (with --account)")
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
+    p.add_argument("--now", type=_time, help=NOW_HELP)
+    p.set_defaults(func=cmd_statement)
+
+
+def cmd_statement(args: argparse.Namespace, config: Config) -> int:
+    """`sing report statement`: HTML statements built on accounting.usage."""
+    if bool(args.account) != bool(args.out):
+        raise UserError("--account needs --out FILE.html (or use --all DIR)")
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    found = statement.statements(
+        wh.connect(),
+        args.period,
+        accounting_settings(config),
+        accounts=[args.account] if args.account else None,
+        now=report_now(wh, args.now),
+        cluster=args.cluster,
+    )
+    site = args.cluster or config.site.cluster
+    if args.account:
+        paths = [Path(args.out)]
+        statement.write(found[0], paths[0], site)
+    else:
+        paths = statement.write_all(found, Path(args.all), site)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     """`sing report usage`: accounting.usage over a window or a named period."""
     if args.period and (args.since or args.until):
@@ -260,11 +308,7 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     since, until = (
         period_window(args.period, "--period") if args.period else (args.since, args.until)
     )
-    settings = config.section("accounting", AccountingSettings)
-    if settings.carbon_intensity_file:
-        settings = replace(
-            settings, carbon_intensity_file=str(config.resolve_path(settings.carbon_intensity_file))
-        )
+    settings = accounting_settings(config)
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     now = report_now(wh, args.now)
     frame = usage(wh.connect(), args.by, since, until, settings, now=now, cluster=args.cluster)
