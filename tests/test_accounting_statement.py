@@ -68,9 +68,8 @@ class Page(HTMLParser):
             self.cell.append(data)
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> tuple[Path, Path]:
-    wh = Warehouse(tmp_path / "wh")
+def write_lab(wh: Warehouse) -> None:
+    """The jobs and samples of the module docstring."""
     add_node(wh, "n1", "H100")
     add_node(wh, "n2", "A100")
     add_job(wh, "1", ["n1"], 2, at(0), at(2), user="alice", account="lab")
@@ -79,6 +78,12 @@ def lab(tmp_path: Path) -> tuple[Path, Path]:
     add_gpu_samples(wh, "2", "n1", [0], at(2), at(3), 0.0)
     add_job(wh, "3", ["n2"], 1, at(0), at(1), user=SHOUTY, account="other-lab")
     add_gpu_samples(wh, "3", "n2", [0], at(0), at(1), 1.0)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> tuple[Path, Path]:
+    wh = Warehouse(tmp_path / "wh")
+    write_lab(wh)
     config = tmp_path / "sing.toml"
     config.write_text(CONFIG)
     return config, wh.root

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import polars as pl
 
 from accounting import statement
 from accounting.periods import FORMS, period_window
-from accounting.settings import AccountingSettings
+from accounting.settings import accounting_settings
 from accounting.usage import GROUPS, method, usage
 from sing import tables
 from sing.config import Config
@@ -253,16 +252,6 @@ USAGE_COLUMNS = (
     Column("carbon_kg", "carbon kg CO2e", digits=2),
     hours("mean_wait_s", "mean wait"),
 )
-
-
-def accounting_settings(config: Config) -> AccountingSettings:
-    """The [accounting] section, its carbon intensity file relative to the config file."""
-    settings = config.section("accounting", AccountingSettings)
-    if settings.carbon_intensity_file:
-        settings = replace(
-            settings, carbon_intensity_file=str(config.resolve_path(settings.carbon_intensity_file))
-        )
-    return settings
 
 
 def add_statement(sub: argparse._SubParsersAction) -> None:
