@@ -7,17 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from tests.test_analytics import (
-    GIB,
+from tests.test_analytics import (  # noqa: F401 - `usage_wh` is a fixture
     add_busy_job,
     add_gpu_samples,
     add_job,
-    add_nodes,
-    add_rdma_samples,
     at,
     run_sing,
+    usage_wh,
 )
 from warehouse.store import Warehouse
 
@@ -41,27 +37,12 @@ def report(root: Path, *args: str) -> str:
     return out.stdout
 
 
-@pytest.fixture
-def usage_wh(tmp_path: Path) -> Warehouse:
-    """Job A: 1 node, 2 GPUs x 2 h, GPU 0 at 80 % (SM 60 %, 40 GiB, 400 W), GPU 1 idle (100 W),
-    queued 1 h. Job B: 2 nodes x 4 GPUs x 3 h at 2 %, no SM samples, RDMA 20 MB per node-hour.
-    Job C: 4 GPUs at 50 %, running for 3 h at `now`."""
-    wh = Warehouse(tmp_path / "wh")
-    add_nodes(wh, ["n1", "n2", "n3", "n4"])
-    add_job(wh, "A", ["n1"], 2, at(0), at(2), submit=at(-1))
-    add_gpu_samples(
-        wh, "A", "n1", [0], at(0), at(2), 0.8, sm=0.6, mem_bytes=40 * GIB, power_w=400.0
-    )
-    add_gpu_samples(wh, "A", "n1", [1], at(0), at(2), 0.0, sm=0.0, mem_bytes=GIB, power_w=100.0)
-    add_job(wh, "B", ["n2", "n3"], 4, at(12), at(15), user="bob")
-    for node, tx, rx in (("n2", 10**6, 2 * 10**6), ("n3", 3 * 10**6, 4 * 10**6)):
-        add_gpu_samples(wh, "B", node, [0, 1, 2, 3], at(12), at(15), 0.02)
-        add_rdma_samples(wh, "B", node, at(12), at(15), tx, rx)
-    add_busy_job(wh, "C", ["n4"], 4, at(0), None, 0.5, now=at(3), user="carol")
-    return wh
-
-
-def test_jobs_table_units_rounding_and_unknown(usage_wh: Warehouse) -> None:
+def test_jobs_table_units_rounding_and_unknown(
+    usage_wh: Warehouse,  # noqa: F811 - the imported fixture
+) -> None:
+    """tests.test_analytics's jobs: A (1 node, 2 GPUs x 2 h, one idle, 40 GiB, 500 W together,
+    queued 1 h), B (2 nodes x 4 GPUs x 3 h at 2 %, no SM samples, 20 MB RDMA per node-hour) and
+    C (4 GPUs at 50 %, running 3 h at `now`)."""
     rows = {r["job"]: r for r in table(report(usage_wh.root, "jobs", "--now", at(3).isoformat()))}
     a, b, c = rows["A"], rows["B"], rows["C"]
     assert a == {
