@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import pty
+import re
 import select
 import subprocess
 from pathlib import Path
@@ -53,12 +54,21 @@ def read_terminal(leader: int) -> str:
     return seen.decode()
 
 
-def test_demo_data_shows_progress_on_a_terminal(tmp_path: Path) -> None:
-    code, stdout, terminal = on_terminal("--warehouse", str(tmp_path / "wh"), *DEMO)
+def test_demo_data_and_trace_export_show_progress_on_a_terminal(tmp_path: Path) -> None:
+    wh = ("--warehouse", str(tmp_path / "wh"))
+    code, stdout, terminal = on_terminal(*wh, *DEMO, "--end", "2026-01-03T00:00:00")
     assert code == 0 and stdout.startswith("wrote {'jobs'")
     assert "\r\x1b[Kdemo-data: 0/48 h of history (0 %)" in terminal
     assert "demo-data: 48/48 h of history (100 %)" in terminal
     assert terminal.endswith("\r\n")  # the last state stays; the prompt starts on a new line
+
+    window = ("--since", "2026-01-01", "--until", "2026-01-03")
+    out = tmp_path / "trace"
+    code, stdout, terminal = on_terminal(*wh, "trace", "export", *window, "--out", str(out))
+    assert code == 0 and stdout.startswith(f"wrote {out}")
+    assert re.fullmatch(r"(\r\x1b\[Ktrace export: \d+ s)+\r\n", terminal), terminal
+    piped = run_sing(*wh, "trace", "export", *window, "--out", str(tmp_path / "again"))
+    assert piped.returncode == 0 and piped.stderr == ""
 
 
 def test_demo_data_piped_prints_no_progress(tmp_path: Path) -> None:
