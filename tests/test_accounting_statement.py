@@ -127,6 +127,7 @@ def test_account_statement_figures(lab: tuple[Path, Path], tmp_path: Path) -> No
     text = " ".join(" ".join(page.text).split())
     assert "account lab, January 2026" in text
     assert "from 2026-01-01 00:00 to 2026-02-01 00:00 UTC" in text
+    assert "The period is not over: figures up to 2026-01-07 10:00 UTC" in text  # --now
     assert "energy x a constant 400 g CO2e/kWh" in text  # the method notes
     assert "weight per GPU model (A100 2; others 1)" in text
 
