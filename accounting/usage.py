@@ -51,6 +51,7 @@ WITH j AS (
     FROM jobs
     WHERE start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
       AND ($cluster IS NULL OR cluster = $cluster)
+      AND ($account IS NULL OR account = $account)
 ), gpu_days AS (
     -- Energy per GPU and day; the GPU's first sample in the job has a delta that reaches back
     -- before the job, so it is left out (on the job's first day, whatever the window).
@@ -125,18 +126,20 @@ def usage(
     settings: AccountingSettings,
     now: datetime | None = None,
     cluster: str | None = None,
+    account: str | None = None,
 ) -> pl.DataFrame:
-    """One row per group (user, account, partition or GPU model) with the window's figures."""
+    """One row per group (user, account, partition or GPU model) with the window's figures;
+    `cluster` and `account` keep only that cluster's or account's jobs (an account statement)."""
     if by not in GROUPS:
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
-    params = {**_window(since, until, now), "cluster": cluster}
+    params = {**_window(since, until, now), "cluster": cluster, "account": account}
     jobs = con.sql(JOB_WINDOW_SQL, params=params).pl()
     rows = _per_model(con, jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
     grouped = _aggregate(_figures(rows, settings), by, settings)
     if by == "account" and settings.allocations:
-        grouped = _with_allocations(grouped, settings, params["since"], params["until"])
+        grouped = _with_allocations(grouped, settings, params["since"], params["until"], account)
     columns = [by, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
     extra = [c for c in ("allocation_units", "remaining_units") if c in grouped.columns]
     return grouped.select(*columns, *extra).sort(
@@ -211,20 +214,25 @@ def _aggregate(rows: pl.DataFrame, by: str, settings: AccountingSettings) -> pl.
 
 
 def _with_allocations(
-    grouped: pl.DataFrame, settings: AccountingSettings, since: datetime, until: datetime
+    grouped: pl.DataFrame,
+    settings: AccountingSettings,
+    since: datetime,
+    until: datetime,
+    only: str | None,
 ) -> pl.DataFrame:
     """Allocation units of the periods inside the window, and what the window's charges left.
 
     Accounts with an allocation but no jobs get a row of zeros, so a statement lists them."""
-    granted = {
-        account: sum(
+    inside = {
+        account: [
             units
             for period, units in periods.items()
             if since <= period_window(period)[0] and period_window(period)[1] <= until
-        )
+        ]
         for account, periods in settings.allocations.items()
+        if only is None or account == only
     }
-    granted = {account: units for account, units in granted.items() if units}
+    granted = {account: sum(units) for account, units in inside.items() if units}
     idle = [a for a in granted if a not in set(grouped["account"].to_list())]
     if idle:
         unknown = {"mean_wait_s"} | (set() if settings.has_carbon else {"carbon_kg"})
