@@ -208,7 +208,8 @@ def _aggregate(rows: pl.DataFrame, by: str, settings: AccountingSettings) -> pl.
         *sums,
         jobs=pl.struct("cluster", "job_id").n_unique().cast(pl.Int64),
         # a job split between models waits in each by its share
-        mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum() / pl.col("share").sum(),
+        mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum()
+        / pl.col("share").filter(pl.col("wait_s").is_not_null()).sum(),
         carbon_kg=carbon_kg.cast(pl.Float64),
     )
 
