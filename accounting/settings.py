@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accounting.periods import period_window
+from sing.config import Config
 from sing.errors import UserError
 
 
@@ -55,3 +56,12 @@ class AccountingSettings:
     @property
     def has_carbon(self) -> bool:
         return bool(self.carbon_intensity_file) or self.carbon_intensity > 0
+
+
+def accounting_settings(config: Config) -> AccountingSettings:
+    """The [accounting] section of `config`, its carbon intensity file relative to the config."""
+    settings = config.section("accounting", AccountingSettings)
+    if settings.carbon_intensity_file:
+        path = str(config.resolve_path(settings.carbon_intensity_file))
+        settings = replace(settings, carbon_intensity_file=path)
+    return settings

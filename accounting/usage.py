@@ -120,7 +120,7 @@ GROUP BY ALL
 
 def usage(
     con: duckdb.DuckDBPyConnection,
-    by: str,
+    by: str | tuple[str, ...],
     since: datetime | None,
     until: datetime | None,
     settings: AccountingSettings,
@@ -129,21 +129,23 @@ def usage(
     account: str | None = None,
 ) -> pl.DataFrame:
     """One row per group (user, account, partition or GPU model) with the window's figures;
-    `cluster` and `account` keep only that cluster's or account's jobs (an account statement)."""
-    if by not in GROUPS:
+    `by` may name several (("account", "user"): each user's use of each account); `cluster`
+    and `account` keep only that cluster's or account's jobs (one account's statement)."""
+    keys = (by,) if isinstance(by, str) else tuple(by)
+    if not keys or any(key not in GROUPS for key in keys):
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
     params = {**_window(since, until, now), "cluster": cluster, "account": account}
     jobs = con.sql(JOB_WINDOW_SQL, params=params).pl()
     rows = _per_model(con, jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
-    grouped = _aggregate(_figures(rows, settings), by, settings)
-    if by == "account" and settings.allocations:
+    grouped = _aggregate(_figures(rows, settings), list(keys), settings)
+    if keys == ("account",) and settings.allocations:
         grouped = _with_allocations(grouped, settings, params["since"], params["until"], account)
-    columns = [by, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
+    columns = [*keys, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
     extra = [c for c in ("allocation_units", "remaining_units") if c in grouped.columns]
     return grouped.select(*columns, *extra).sort(
-        ["allocated_gpu_hours", by], descending=[True, False], nulls_last=True
+        ["allocated_gpu_hours", *keys], descending=[True] + [False] * len(keys), nulls_last=True
     )
 
 
@@ -197,7 +199,7 @@ def _figures(rows: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
     )
 
 
-def _aggregate(rows: pl.DataFrame, by: str, settings: AccountingSettings) -> pl.DataFrame:
+def _aggregate(rows: pl.DataFrame, by: list[str], settings: AccountingSettings) -> pl.DataFrame:
     sums = [pl.col(c).sum() for c in (*FIGURES[:5], "unmeasured_gpu_hours")]
     carbon_kg = pl.col("carbon_kg").sum()
     if settings.has_carbon:

@@ -1,7 +1,7 @@
 """Tables for people: the one way `sing` prints rows on a terminal.
 
 Every human-readable report names its columns here (which field, the heading with its unit, the
-scale and the rounding), so units, rounding and the word for a missing figure are decided once
+unit size and the rounding), so units, rounding and the word for a missing figure are decided once
 and look the same everywhere. Scripts use `--json`, which prints the rows unformatted.
 """
 
@@ -22,30 +22,31 @@ GAP = "  "
 class Column:
     """One printed column: `key` of the row, `heading` (with its unit), then how to show it.
 
-    `scale` multiplies numbers first (100 for a share shown in %, 1/3600 for seconds in hours);
-    `digits` rounds them (None: integers as they are, floats to 3 decimals); `missing` is shown
-    for NULL; `width` cuts long text (a node list) so one row stays on one line.
+    Numbers are first divided by `per`, the printed unit in stored units (3600: seconds shown in
+    hours, 3.6e6: joules in kWh, 0.01: a share in %); `digits` rounds them (None: integers as
+    they are, floats to 3 decimals); `missing` is shown for NULL; `width` cuts long text (a node
+    list) so one row stays on one line.
     """
 
-    key: str
+    key: str | int
     heading: str
     digits: int | None = None
-    scale: float = 1.0
+    per: float = 1.0
     missing: str = UNKNOWN
     width: int | None = None
 
 
-def percent(key: str, heading: str, digits: int = 1) -> Column:
+def percent(key: str, heading: str, digits: int = 1, missing: str = UNKNOWN) -> Column:
     """A share (0-1) shown in %."""
-    return Column(key, f"{heading} %", digits=digits, scale=100)
+    return Column(key, f"{heading} %", digits=digits, per=0.01, missing=missing)
 
 
-def hours(key: str, heading: str, digits: int = 2) -> Column:
+def hours(key: str, heading: str, digits: int = 2, missing: str = UNKNOWN) -> Column:
     """A duration stored in seconds, shown in hours."""
-    return Column(key, f"{heading} h", digits=digits, scale=1 / 3600)
+    return Column(key, f"{heading} h", digits=digits, per=3600, missing=missing)
 
 
-def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+def render(rows: Iterable[Mapping[Any, Any]], columns: Sequence[Column]) -> str:
     """The rows as aligned text: a heading line, then one line per row; numbers right-aligned,
     text left-aligned, no trailing spaces."""
     rows = list(rows)
@@ -64,15 +65,15 @@ def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column]) -> str:
 
 def cell(value: Any, column: Column) -> str:
     """One value as its column shows it."""
-    if value is None or (isinstance(value, float) and value != value):  # NULL or NaN
+    if value is None or value == [] or (isinstance(value, float) and value != value):  # or NaN
         return column.missing
     if isinstance(value, bool):
         return "yes" if value else "no"
     if _is_number(value):
-        scaled = value * column.scale if column.scale != 1 else value
+        shown = value / column.per if column.per != 1 else value
         if column.digits is not None:
-            return f"{scaled:,.{column.digits}f}"
-        return f"{scaled:,}" if isinstance(scaled, int) else f"{scaled:,.3f}"
+            return f"{shown:,.{column.digits}f}"
+        return f"{shown:,}" if isinstance(shown, int) else f"{shown:,.3f}"
     if isinstance(value, datetime):
         text = value.strftime("%Y-%m-%d %H:%M:%S")
     elif isinstance(value, date):
@@ -86,9 +87,11 @@ def cell(value: Any, column: Column) -> str:
     return text
 
 
-def auto_columns(names: Sequence[str], missing: str = "NULL") -> list[Column]:
-    """Columns for rows whose fields are not known in advance (an ad hoc SQL query)."""
-    return [Column(name, name, missing=missing) for name in names]
+def render_query(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """The result of an ad hoc query: headings are its column names, NULL prints as NULL.
+    Cells are found by position, as a query may repeat a name (`SELECT 1 AS a, 2 AS a`)."""
+    columns = [Column(i, name, missing="NULL") for i, name in enumerate(names)]
+    return render((dict(enumerate(row)) for row in rows), columns)
 
 
 def _is_number(value: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from sing.tables import Column, auto_columns, cell, hours, percent, render
+from sing.tables import Column, cell, hours, percent, render, render_query
 
 
 def test_numbers_right_text_left_headings_with_units() -> None:
@@ -42,14 +42,16 @@ def test_cells_of_every_kind() -> None:
     assert cell(datetime(2026, 1, 5, 10, 30, tzinfo=UTC), plain) == "2026-01-05 10:30:00"
     assert cell(date(2026, 1, 5), plain) == "2026-01-05"
     assert cell(["gpu01", "gpu02"], plain) == "gpu01,gpu02"
+    assert cell([], Column("x", "x", missing="-")) == "-"
     assert cell("gpu01,gpu02,gpu03", Column("x", "x", width=8)) == "gpu01,g…"
-    assert cell(8.0e9, Column("x", "GB", digits=2, scale=1e-9)) == "8.00"
+    assert cell(8.0e9, Column("x", "GB", digits=2, per=1e9)) == "8.00"
+    assert cell(3_150_000, Column("x", "kWh", digits=2, per=3.6e6)) == "0.88"  # 0.875 exactly
 
 
-def test_auto_columns_show_null_as_null() -> None:
-    rows = [{"n": 1, "name": None}, {"n": 22, "name": "b"}]
-    assert render(rows, auto_columns(["n", "name"])).splitlines() == [
-        " n  name",
-        " 1  NULL",
-        "22  b",
+def test_query_results_by_position_with_null_as_null() -> None:
+    rows = [(1, None, 0.5), (22, "b", None)]
+    assert render_query(["n", "a", "a"], rows).splitlines() == [
+        " n  a         a",
+        " 1  NULL  0.500",
+        "22  b      NULL",
     ]
