@@ -51,6 +51,7 @@ WITH j AS (
     FROM jobs
     WHERE start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
       AND ($cluster IS NULL OR cluster = $cluster)
+      AND ($account IS NULL OR account = $account)
 ), gpu_days AS (
     -- Energy per GPU and day; the GPU's first sample in the job has a delta that reaches back
     -- before the job, so it is left out (on the job's first day, whatever the window).
@@ -119,28 +120,32 @@ GROUP BY ALL
 
 def usage(
     con: duckdb.DuckDBPyConnection,
-    by: str,
+    by: str | tuple[str, ...],
     since: datetime | None,
     until: datetime | None,
     settings: AccountingSettings,
     now: datetime | None = None,
     cluster: str | None = None,
+    account: str | None = None,
 ) -> pl.DataFrame:
-    """One row per group (user, account, partition or GPU model) with the window's figures."""
-    if by not in GROUPS:
+    """One row per group (user, account, partition or GPU model) with the window's figures;
+    `by` may name several (("account", "user"): each user's use of each account); `cluster`
+    and `account` keep only that cluster's or account's jobs (one account's statement)."""
+    keys = (by,) if isinstance(by, str) else tuple(by)
+    if not keys or any(key not in GROUPS for key in keys):
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
-    params = {**_window(since, until, now), "cluster": cluster}
+    params = {**_window(since, until, now), "cluster": cluster, "account": account}
     jobs = con.sql(JOB_WINDOW_SQL, params=params).pl()
     rows = _per_model(con, jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
-    grouped = _aggregate(_figures(rows, settings), by, settings)
-    if by == "account" and settings.allocations:
-        grouped = _with_allocations(grouped, settings, params["since"], params["until"])
-    columns = [by, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
+    grouped = _aggregate(_figures(rows, settings), list(keys), settings)
+    if keys == ("account",) and settings.allocations:
+        grouped = _with_allocations(grouped, settings, params["since"], params["until"], account)
+    columns = [*keys, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
     extra = [c for c in ("allocation_units", "remaining_units") if c in grouped.columns]
     return grouped.select(*columns, *extra).sort(
-        ["allocated_gpu_hours", by], descending=[True, False], nulls_last=True
+        ["allocated_gpu_hours", *keys], descending=[True] + [False] * len(keys), nulls_last=True
     )
 
 
@@ -194,7 +199,7 @@ def _figures(rows: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
     )
 
 
-def _aggregate(rows: pl.DataFrame, by: str, settings: AccountingSettings) -> pl.DataFrame:
+def _aggregate(rows: pl.DataFrame, by: list[str], settings: AccountingSettings) -> pl.DataFrame:
     sums = [pl.col(c).sum() for c in (*FIGURES[:5], "unmeasured_gpu_hours")]
     carbon_kg = pl.col("carbon_kg").sum()
     if settings.has_carbon:
@@ -205,26 +210,32 @@ def _aggregate(rows: pl.DataFrame, by: str, settings: AccountingSettings) -> pl.
         *sums,
         jobs=pl.struct("cluster", "job_id").n_unique().cast(pl.Int64),
         # a job split between models waits in each by its share
-        mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum() / pl.col("share").sum(),
+        mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum()
+        / pl.col("share").filter(pl.col("wait_s").is_not_null()).sum(),
         carbon_kg=carbon_kg.cast(pl.Float64),
     )
 
 
 def _with_allocations(
-    grouped: pl.DataFrame, settings: AccountingSettings, since: datetime, until: datetime
+    grouped: pl.DataFrame,
+    settings: AccountingSettings,
+    since: datetime,
+    until: datetime,
+    only: str | None,
 ) -> pl.DataFrame:
     """Allocation units of the periods inside the window, and what the window's charges left.
 
     Accounts with an allocation but no jobs get a row of zeros, so a statement lists them."""
-    granted = {
-        account: sum(
+    inside = {
+        account: [
             units
             for period, units in periods.items()
             if since <= period_window(period)[0] and period_window(period)[1] <= until
-        )
+        ]
         for account, periods in settings.allocations.items()
+        if only is None or account == only
     }
-    granted = {account: units for account, units in granted.items() if units}
+    granted = {account: sum(units) for account, units in inside.items() if units}
     idle = [a for a in granted if a not in set(grouped["account"].to_list())]
     if idle:
         unknown = {"mean_wait_s"} | (set() if settings.has_carbon else {"carbon_kg"})

@@ -380,3 +380,22 @@ def test_sing_report_usage(two_powers: Warehouse, tmp_path: Path) -> None:
 
     both = run_sing(*base, "--since", "2026-01-01")
     assert both.returncode != 0 and "either --period or --since" in both.stderr
+
+
+def test_one_accounts_statement(tmp_path: Path) -> None:
+    """`account=` keeps that account's jobs (and its allocation) only; a zero grant is a grant."""
+    wh = Warehouse(tmp_path / "wh")
+    add_node(wh, "n1", "H100")
+    add_job(wh, "A", ["n1"], 2, at(0), at(3))
+    add_job(wh, "B", ["n1"], 1, at(0), at(1), user="bob")
+    allocations = {"alice-lab": {"2026-01": 100.0}, "bob-lab": {"2026-01": 0.0}}
+    settings = AccountingSettings(allocations=allocations)
+    since, until = period_window("2026-01")
+    con = wh.connect()
+    alice = usage(con, "account", since, until, settings, now=at(48), account="alice-lab")
+    assert alice["account"].to_list() == ["alice-lab"]
+    assert alice["remaining_units"].to_list() == [pytest.approx(94.0)]
+    users = usage(con, "user", since, until, settings, now=at(48), account="bob-lab")
+    assert users["user"].to_list() == ["bob"]
+    bob = usage(con, "account", since, until, settings, now=at(48), account="bob-lab")
+    assert bob["remaining_units"].to_list() == [pytest.approx(-1.0)]
