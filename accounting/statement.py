@@ -93,15 +93,16 @@ def statements(
     cluster: str | None = None,
 ) -> list[Statement]:
     """The statements of `accounts` (None: every account with jobs or an allocation in the
-    period): one usage query by account for all, then one by user per account."""
+    period; jobs without an account have nobody to send a statement to): one usage query by
+    account for all, then one by user per account."""
     since, until = period_window(period, "--period")
     window = {"since": since, "until": until, "settings": settings, "now": now or datetime.now(UTC)}
     totals = usage(con, "account", **window, cluster=cluster)
     by_account = {row["account"]: row for row in totals.to_dicts()}
-    wanted = accounts if accounts is not None else sorted(by_account, key=str)
+    wanted = accounts if accounts is not None else sorted(a for a in by_account if a is not None)
     missing = [a for a in wanted if a not in by_account]
     if missing:
-        known = ", ".join(sorted(str(a) for a in by_account)) or "none"
+        known = ", ".join(sorted(a for a in by_account if a is not None)) or "none"
         raise UserError(
             f"no jobs and no allocation of account {', '.join(missing)} in {period} "
             f"(accounts then: {known})"

@@ -100,7 +100,7 @@ elif v.viewer.role != ADMIN and led:
     st.info(f"None of your accounts ({', '.join(led)}) used GPUs in {period_title(period)}.")
 
 if v.viewer.role != ADMIN:
-    own = [u for s in found.values() for u in s.users if u["user"] == me]
+    own = [{"account": s.account, **u} for s in found.values() for u in s.users if u["user"] == me]
     st.subheader("Your use")
     if own:
         table(own, "account")
