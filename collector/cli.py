@@ -107,5 +107,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
-    run_forever(collector, round_job)
+    from policy.cli import policy_job  # the policy engine loads only for a long-running collector
+
+    run_forever(collector, round_job, policy_job(config, warehouse))
     return 0

@@ -66,6 +66,7 @@ TABLES: dict[str, Table] = {
                 ("account", pa.string()),
                 ("partition", pa.string()),
                 ("name", pa.string()),
+                ("qos", pa.string()),  # the scheduler's quality of service, where it has one
                 ("submit_time", UTC_TS),
                 ("start_time", UTC_TS),
                 ("end_time", UTC_TS),
@@ -175,7 +176,8 @@ TABLES: dict[str, Table] = {
                 # "evaluation" (a rule's verdict on a job), "message" or "action".
                 ("event", pa.string()),
                 # evaluation: violating, recovered, exempt, stale, ended, changed;
-                # message: notify, warn, cancelled, job_end, weekly_digest, monthly_digest;
+                # message: notify, warn, cancelled, held (waits: detail says why), job_end,
+                # weekly_digest, monthly_digest;
                 # action: cancel, left_alone.
                 ("outcome", pa.string()),
                 ("deadline", UTC_TS),  # a warning's: the job is cancelled after it
