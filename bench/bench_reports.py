@@ -32,7 +32,6 @@ from warehouse.store import Warehouse  # noqa: E402
 CACHE = Path("/tmp/sing-bench-90d")
 DAYS, SEED = 90, 0
 END = datetime(2026, 1, 10, tzinfo=UTC)
-MARKER = CACHE / ".bench-complete"
 WARM_RUNS = 5
 TARGET_S = 1.0
 
@@ -49,19 +48,28 @@ REPORTS = {
 }
 
 
-def ensure_history() -> dict:
-    """The cached 90-day warehouse; regenerated when missing, half-written, or made by another
-    version of the generator (the marker records a hash of warehouse/synthetic.py)."""
+def ensure_history(
+    cache: Path = CACHE, days: float = DAYS, end: datetime = END, sample_s: int = synthetic.SAMPLE_S
+) -> dict:
+    """The cached warehouse of `days` ending at `end`, sampled every `sample_s`; regenerated when
+    missing, half-written, or made by another version of the generator or another interval (the
+    marker records a hash of warehouse/synthetic.py and the interval)."""
+    marker = cache / ".bench-complete"
     version = hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
-    if MARKER.exists():
-        made = json.loads(MARKER.read_text())
+    version += "" if sample_s == synthetic.SAMPLE_S else f"-every-{sample_s}s"
+    if marker.exists():
+        made = json.loads(marker.read_text())
         if made.get("generator") == version:
             return made
-    shutil.rmtree(CACHE, ignore_errors=True)
-    started = time.perf_counter()
-    made: dict = synthetic.generate(Warehouse(CACHE), days=DAYS, seed=SEED, end=END)
+    shutil.rmtree(cache, ignore_errors=True)
+    default, synthetic.SAMPLE_S = synthetic.SAMPLE_S, sample_s
+    try:
+        started = time.perf_counter()
+        made: dict = synthetic.generate(Warehouse(cache), days=days, seed=SEED, end=end)
+    finally:
+        synthetic.SAMPLE_S = default
     made.update(generate_s=round(time.perf_counter() - started), generator=version)
-    MARKER.write_text(json.dumps(made))
+    marker.write_text(json.dumps(made))
     return made
 
 

@@ -56,6 +56,7 @@ PAGES = (
     PageSpec("pages/by_node_count.py", "By node count", "nodes", ROLES, ":material/bar_chart:"),
     PageSpec("pages/fairness.py", "Fairness", "fairness", ROLES, ":material/balance:"),
     PageSpec("pages/my_jobs.py", "My jobs", "my-jobs", (ADMIN, USER), ":material/person:"),
+    PageSpec("pages/accounting.py", "Accounting", "accounting", (ADMIN, USER), ":material/paid:"),
     PageSpec("pages/job.py", "Job", "job", (ADMIN, USER), ":material/monitoring:"),
     PageSpec("pages/traces.py", "Traces", "traces", (ADMIN, RESEARCHER), ":material/download:"),
     PageSpec("pages/simulator.py", "Simulator", "simulator", ROLES, ":material/science:"),

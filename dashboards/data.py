@@ -21,6 +21,9 @@ import duckdb
 import polars as pl
 import streamlit as st
 
+from accounting import statement
+from accounting.settings import AccountingSettings
+from accounting.statement import Statement
 from scheduler.metrics import summarize
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
@@ -278,6 +281,18 @@ def job_series(
         params=params,
     ).pl()
     return gpus, rdma
+
+
+# ---- accounting ------------------------------------------------------------------------
+
+
+@cached
+def statements(
+    root: str, period: str, settings: AccountingSettings, now: datetime
+) -> list[Statement]:
+    """Every account's statement of `period` (accounting.statement): the page shows the ones
+    the viewer may see."""
+    return statement.statements(connect(root), period, settings, now=now)
 
 
 # ---- fairness --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ deployment picks where identity comes from (`auth`) and lists its admins and res
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sing.config import ConfigError
 
@@ -74,7 +74,16 @@ class DashboardSettings:
 
 @dataclass(frozen=True)
 class RoleSettings:
-    """Cluster user names with more than the default role; every other signed-in user is a user."""
+    """Cluster user names with more than the default role; every other signed-in user is a user.
+
+    `pis` names each account's principal investigators (or whoever answers for its use): users
+    who see the whole account on the Accounting page, its users included, as its statement
+    shows them."""
 
     admins: tuple[str, ...] = ()
     researchers: tuple[str, ...] = ()
+    pis: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def accounts_led_by(self, name: str) -> list[str]:
+        """The accounts `name` is a PI of."""
+        return sorted(account for account, people in self.pis.items() if name in people)

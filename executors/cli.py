@@ -11,18 +11,30 @@ from executors.profile import JobProfile, load_profile
 from executors.records import COMPLETED
 from executors.sync import sync
 from sing.config import Config
+from sing.tables import Column, hours, render
 from warehouse.store import Warehouse
 
 LIST_SQL = """
 SELECT job_id, "user", partition, name, state, exit_code, num_gpus,
-       array_to_string(nodes, ',') AS nodes,
-       strftime(submit_time, '%Y-%m-%d %H:%M:%S') AS submitted,
-       CAST(round(date_diff('second', start_time, coalesce(end_time, now()))) AS BIGINT) AS run_s
+       nodes, submit_time,
+       date_diff('second', start_time, coalesce(end_time, now())) AS run_s
 FROM jobs
 WHERE cluster = ? AND (? = 'all' OR state = ?)
 ORDER BY submit_time DESC NULLS LAST, try_cast(job_id AS BIGINT) DESC NULLS LAST, job_id DESC
 LIMIT ?
 """
+LIST_COLUMNS = (
+    Column("job_id", "job"),
+    Column("user", "user", missing="-"),
+    Column("partition", "partition", missing="-"),
+    Column("name", "name", missing="-", width=24),
+    Column("state", "state"),
+    Column("exit_code", "exit", missing="-"),
+    Column("num_gpus", "GPUs", missing="-"),
+    Column("nodes", "nodes", missing="-", width=32),
+    Column("submit_time", "submitted (UTC)", missing="-"),
+    hours("run_s", "run", missing="-"),
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,10 +108,8 @@ def cmd_list(args: argparse.Namespace, config: Config) -> int:
     state = args.state.upper()
     cursor = con.execute(LIST_SQL, [config.site.cluster, state.lower() if state == "ALL" else state,
                                     state, args.limit])  # fmt: skip
-    columns = [d[0] for d in cursor.description]
-    print("\t".join(columns))
-    for row in cursor.fetchall():
-        print("\t".join("" if v is None else str(v) for v in row))
+    names = [d[0] for d in cursor.description]
+    print(render([dict(zip(names, row, strict=True)) for row in cursor.fetchall()], LIST_COLUMNS))
     return 0
 
 

@@ -17,23 +17,25 @@ from scheduler.simulate import Replay, replay
 from scheduler.workload import read_trace
 from sing.config import Config
 from sing.errors import UserError
+from sing.progress import Progress
+from sing.tables import Column, hours, percent, render
 
-# (column, heading, scale, format) of the printed comparison table.
+# The printed comparison table: waits and job completion times (JCT) in hours.
 TABLE = (
-    ("policy", "policy", None, "{}"),
-    ("gpu_assignment", "assigned", 100, "{:.1f}%"),
-    ("busy_assignment", "busy", 100, "{:.1f}%"),
-    ("mean_wait_s", "wait mean h", 1 / 3600, "{:.2f}"),
-    ("p50_wait_s", "p50", 1 / 3600, "{:.2f}"),
-    ("p95_wait_s", "p95", 1 / 3600, "{:.1f}"),
-    ("p99_wait_s", "p99", 1 / 3600, "{:.1f}"),
-    ("max_wait_s", "max", 1 / 3600, "{:.1f}"),
-    ("mean_jct_s", "JCT h", 1 / 3600, "{:.2f}"),
-    ("mean_bounded_slowdown", "bsld", 1, "{:.1f}"),
-    ("jain_fairness", "Jain", 1, "{:.3f}"),
-    ("worst_user_mean_wait_s", "worst user h", 1 / 3600, "{:.2f}"),
-    ("starved_jobs", "starved", None, "{}"),
-    ("jobs_per_s", "jobs/s", 1, "{:,.0f}"),
+    Column("policy", "policy"),
+    percent("gpu_assignment", "assigned"),
+    percent("busy_assignment", "busy"),
+    hours("mean_wait_s", "wait mean"),
+    hours("p50_wait_s", "p50"),
+    hours("p95_wait_s", "p95", digits=1),
+    hours("p99_wait_s", "p99", digits=1),
+    hours("max_wait_s", "max", digits=1),
+    hours("mean_jct_s", "JCT"),
+    Column("mean_bounded_slowdown", "bsld", digits=1),
+    Column("jain_fairness", "Jain", digits=3),
+    hours("worst_user_mean_wait_s", "worst user wait"),
+    Column("starved_jobs", "starved"),
+    Column("jobs_per_s", "jobs/s", digits=0),
 )
 
 
@@ -70,11 +72,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if not len(workload):
         raise UserError(f"{args.trace}: no jobs submitted between --since and --until")
     runs = []
-    for policy in policies:
-        try:
-            runs.append(replay(workload, args.nodes, args.gpus_per_node, settings, policy))
-        except ValueError as err:
-            raise UserError(f"{args.trace}: {err}") from err
+    with Progress("simulate", total=len(policies), unit="policies") as progress:
+        for policy in policies:
+            progress.update(len(runs), note=f"{policy}, {len(workload):,} jobs")
+            try:
+                runs.append(replay(workload, args.nodes, args.gpus_per_node, settings, policy))
+            except ValueError as err:
+                raise UserError(f"{args.trace}: {err}") from err
+        progress.update(len(runs))
     rows = [summarize(r, settings.starvation_s) for r in runs]
     if args.starts_out:
         write_starts(runs, Path(args.starts_out))
@@ -84,18 +89,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(format_table(rows))
+        print(render(rows, TABLE))
     return 0
-
-
-def format_table(rows: list[dict]) -> str:
-    cells = [[heading for _, heading, _, _ in TABLE]]
-    for row in rows:
-        cells.append(
-            [fmt.format(row[col] * scale if scale else row[col]) for col, _, scale, fmt in TABLE]
-        )
-    widths = [max(len(r[c]) for r in cells) for c in range(len(TABLE))]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
 
 
 def write_starts(runs: list[Replay], path: Path) -> None:

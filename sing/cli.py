@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 
 from sing.config import CONFIG_HELP, Config, ConfigError
@@ -38,17 +40,35 @@ COMMANDS = {
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
 
 
+class Parser(argparse.ArgumentParser):
+    """A parser whose subcommands also take the global options, so `sing report cluster
+    --warehouse DIR` means `sing --warehouse DIR report cluster`.
+
+    `add_subparsers` makes every subcommand's parser of this class. There the options default to
+    SUPPRESS: one given before the command stays unless the same option follows it (the later
+    one wins, as with any repeated option)."""
+
+    def __init__(self, *args, global_defaults: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        unset = {} if global_defaults else {"default": argparse.SUPPRESS}
+        self.add_argument("--config", help=CONFIG_HELP, **unset)
+        self.add_argument(
+            "--warehouse",
+            help="warehouse directory (default: $SING_WAREHOUSE, then [site] warehouse)",
+            **unset,
+        )
+        self.add_argument(
+            "-v", "--verbose", action="store_true", help="log debug messages", **unset
+        )
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with every command, or only `command`'s module when it is known."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sing",
         description="Telemetry, accounting and trace analytics for shared campus GPU clusters.",
+        global_defaults=True,
     )
-    parser.add_argument("--config", help=CONFIG_HELP)
-    parser.add_argument(
-        "--warehouse", help="warehouse directory (default: $SING_WAREHOUSE, then [site] warehouse)"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
@@ -69,13 +89,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = Config.load(args.config)
-        return int(args.func(args, config) or 0)
+        code = int(args.func(args, config) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except ConfigError as err:
         print(f"sing: configuration error: {err}", file=sys.stderr)
         return 2
     except UserError as err:
         print(f"sing: {err}", file=sys.stderr)
         return 1
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (`sing report jobs | head -1`): stop without a traceback
+    and exit as a tool killed by SIGPIPE does (141), the shells' convention. What is still
+    buffered goes to /dev/null, so Python's own flush at exit finds no broken pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _command_in(argv: list[str]) -> str | None:

@@ -154,7 +154,10 @@ def test_a_signed_in_stranger_is_refused_even_in_demo_mode(
     ("user", "pages"),
     [
         (ADMIN, [p.file for p in access.PAGES]),
-        (USER, ["cluster", "by_node_count", "fairness", "my_jobs", "job", "simulator"]),
+        (
+            USER,
+            ["cluster", "by_node_count", "fairness", "my_jobs", "accounting", "job", "simulator"],
+        ),
         (RESEARCHER, ["cluster", "by_node_count", "fairness", "traces", "simulator"]),
     ],
 )

@@ -142,9 +142,8 @@ def test_cli_run_local_returns_the_job_exit_code_and_lists_it(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "jobs", "list", "--state", "failed"]) == 0
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split("\t")[:7] == ["job_id", "user", "partition", "name", "state", "exit_code",
-                                      "num_gpus"]  # fmt: skip
-    assert row.split("\t")[3:8] == ["hello", "FAILED", "5", "2", "box"]
+    assert header.split()[:7] == ["job", "user", "partition", "name", "state", "exit", "GPUs"]
+    assert row.split()[3:8] == ["hello", "FAILED", "5", "2", "box"]
     assert (tmp_path / "var/local-jobs/jobs/1.json").is_file()  # relative to the config file
     assert datetime.now(UTC) - watermark(Warehouse(tmp_path / "wh"), "campus") < timedelta(
         minutes=1
@@ -157,4 +156,4 @@ def test_jobs_list_orders_equal_submit_times_by_numeric_id(tmp_path, capsys):
     Warehouse(tmp_path / "wh").append("jobs", to_tables(jobs, recorded_at=submitted)[0])
     assert main(["--warehouse", str(tmp_path / "wh"), "jobs", "list"]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
-    assert [row.split("\t")[0] for row in rows] == ["100", "10", "9"]  # newest first, as numbers
+    assert [row.split()[0] for row in rows] == ["100", "10", "9"]  # newest first, as numbers

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from sing.config import Config
 from sing.errors import UserError
+from sing.progress import Progress
 from traces import aggregates, linkage
 from traces.export import export_trace
 from traces.importers import FORMATS, import_trace
@@ -78,15 +79,16 @@ def _export(args: argparse.Namespace, config: Config) -> int:
     warehouse = config.warehouse_dir(args.warehouse)
     if not warehouse.is_dir():
         raise UserError(f"{warehouse}: no warehouse there (set --warehouse or [site] warehouse)")
-    result = export_trace(
-        Warehouse(warehouse),
-        args.since,
-        args.until,
-        args.out,
-        key=load_key(key_file),
-        settings=settings,
-        timeseries=args.timeseries,
-    )
+    with Progress("trace export"):
+        result = export_trace(
+            Warehouse(warehouse),
+            args.since,
+            args.until,
+            args.out,
+            key=load_key(key_file),
+            settings=settings,
+            timeseries=args.timeseries,
+        )
     print(
         f"wrote {result.path}: {result.jobs} jobs, {result.aggregates['gpu_hours']:.1f} GPU-hours; "
         f"{result.suppressed_jobs} jobs left out by the k={settings.k} policy"
@@ -107,10 +109,12 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
         linkage.scenarios(settings)[:1] if args.only_configured else linkage.scenarios(settings)
     )
     key = load_key(None)
-    results = [
-        linkage.evaluate(wh, args.since, args.until, option, key, name, public)
-        for name, option in chosen
-    ]
+    results = []
+    with Progress("trace attack", total=len(chosen), unit="policies") as progress:
+        for name, option in chosen:
+            progress.update(len(results), note=name)
+            results.append(linkage.evaluate(wh, args.since, args.until, option, key, name, public))
+        progress.update(len(results))
     if args.json:
         for result in results:
             print(json.dumps(result.as_dict()))

@@ -13,6 +13,7 @@ import duckdb
 
 from sing.config import Config
 from sing.errors import UserError
+from sing.tables import render_query
 from warehouse.importer import import_file
 from warehouse.schema import TABLES
 from warehouse.store import Warehouse
@@ -60,9 +61,7 @@ def cmd_sql(args: argparse.Namespace, config: Config) -> int:
         json.dump([dict(zip(columns, r, strict=True)) for r in rows], sys.stdout, default=_jsonable)
         print()
     else:
-        print("\t".join(columns))
-        for r in rows:
-            print("\t".join("" if v is None else str(v) for v in r))
+        print(render_query(columns, rows))
     return 0
 
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import polars as pl
 
+from accounting import statement
+from accounting.periods import FORMS, period_window
+from accounting.settings import accounting_settings
+from accounting.usage import GROUPS, method, usage
+from sing import tables
 from sing.config import Config
+from sing.errors import UserError
+from sing.progress import Progress
+from sing.tables import Column, hours, percent
+from sing.tables import render as render_table
 from warehouse import analytics
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
@@ -51,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.choices["idle"].add_argument("--min-nodes", type=int, default=2)
     sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
+    add_usage(sub)
+    add_statement(sub)
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
@@ -110,46 +121,86 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         json.dump({"rows": frame.to_dicts(), **extra}, sys.stdout, default=str)
         print()
         return 0
-    with pl.Config(tbl_rows=50, tbl_cols=20, fmt_str_lengths=40, tbl_width_chars=160):
-        print(show_unknown(frame))
-    for key, value in extra.items():
-        print(f"{key}: {value:.3f}")
+    columns = list(REPORT_COLUMNS[args.report])
+    if "cluster" in frame.columns and frame["cluster"].n_unique() > 1:
+        columns.insert(0, Column("cluster", "cluster"))  # job ids repeat across clusters
+    print(render_table(frame.to_dicts(), columns))
+    if "jain_index" in extra:
+        print(f"Jain's fairness index {extra['jain_index']:.3f} (1 = every user the same share)")
     for line in explain_unknown(frame):
         print(line)
     return 0
 
 
-# Measured figures: NULL in one of these means sing could not know it (no samples, no node
-# inventory, no job records, a saturated counter), which the human output says in words.
-MEASURED = (
-    "allocated_gpu_hours",
-    "capacity_gpu_hours",
-    "assignment_rate",
-    "util",
-    "sampled_assignment",
-    "mean_util",
-    "mean_sm_active",
-    "idle_share",
-    "idle_gpu_hours",
-    "peak_mem_bytes",
-    "energy_j",
-    "rdma_tx_bytes",
-    "rdma_rx_bytes",
-    "rdma_bytes_per_node_hour",
-    "low_rdma",
-)
-
-
-def show_unknown(frame: pl.DataFrame) -> pl.DataFrame:
-    """The frame for people: measured figures that are NULL print as "unknown", not "null"."""
-    columns = [c for c in MEASURED if c in frame.columns and frame[c].null_count()]
-    return frame.with_columns(
-        pl.when(pl.col(c).is_null())
-        .then(pl.lit("unknown"))
-        .otherwise((pl.col(c).round(4) if frame[c].dtype.is_float() else pl.col(c)).cast(pl.String))
-        .alias(c)
-        for c in columns
-    )
+GPU_H = "GPU-h"
+GIB = 2**30
+# What each report prints for people, in order. NULL in a measured figure means sing could not
+# know it (no samples, no node inventory, no job records, a saturated counter): it prints as
+# "unknown", and explain_unknown says why.
+REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
+    "jobs": (
+        Column("job_id", "job"),
+        Column("user", "user"),
+        Column("account", "account"),
+        Column("state", "state"),
+        Column("num_nodes", "nodes"),
+        Column("num_gpus", "GPUs"),
+        hours("run_s", "run"),
+        hours("queue_s", "queue"),
+        Column("gpu_hours", GPU_H, digits=1),
+        percent("mean_util", "util"),
+        percent("mean_sm_active", "SM active"),
+        Column("idle_gpu_hours", f"idle {GPU_H}", digits=1),
+        Column("peak_mem_bytes", "peak mem GiB", digits=1, per=GIB),
+        Column("energy_j", "energy kWh", digits=2, per=3.6e6),
+        Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
+    ),
+    "by-nodes": (
+        Column("nodes", "nodes"),
+        Column("jobs", "jobs"),
+        Column("gpu_hours", GPU_H, digits=1),
+        percent("weighted_util", "util (by GPU-h)"),
+        percent("mean_job_util", "mean job util"),
+        percent("p10_util", "p10"),
+        percent("p50_util", "p50"),
+        percent("p90_util", "p90"),
+        Column("idle_gpu_hours", f"idle {GPU_H}", digits=1),
+    ),
+    "fairness": (
+        Column("user", "user"),
+        Column("jobs", "jobs"),
+        Column("gpu_hours", GPU_H, digits=1),
+        percent("share", "share"),
+        percent("equal_share", "equal share"),
+        Column("mean_queue_h", "queue mean h", digits=2),
+        Column("p95_queue_h", "queue p95 h", digits=2),
+    ),
+    "idle": (
+        Column("job_id", "job"),
+        Column("user", "user"),
+        Column("account", "account"),
+        Column("state", "state"),
+        Column("num_nodes", "nodes"),
+        Column("num_gpus", "GPUs"),
+        Column("start_time", "start (UTC)"),
+        hours("run_s", "run"),
+        Column("gpu_hours", GPU_H, digits=1),
+        percent("mean_util", "util"),
+        Column("wasted_gpu_hours", f"wasted {GPU_H}", digits=1),
+        Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
+        Column("low_rdma", "low RDMA"),
+        Column("nodes", "node list", width=32),
+    ),
+    "cluster": (
+        Column("bucket", "from (UTC)"),
+        Column("bucket_hours", "span h", digits=1),
+        Column("allocated_gpu_hours", f"allocated {GPU_H}", digits=1),
+        Column("capacity_gpu_hours", f"capacity {GPU_H}", digits=1),
+        percent("assignment_rate", "assigned"),
+        percent("util", "util"),
+        percent("sampled_assignment", "assigned (samples)"),
+    ),
+}
 
 
 def explain_unknown(frame: pl.DataFrame) -> list[str]:
@@ -169,6 +220,102 @@ def explain_unknown(frame: pl.DataFrame) -> list[str]:
             "sing warehouse import jobs FILE"
         )
     return lines
+
+
+def add_usage(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "usage",
+        help="GPU-hours, charge units, energy and carbon by account, user, partition, model",
+    )
+    p.add_argument("--by", choices=GROUPS, default="account", help="one row per (default account)")
+    p.add_argument("--since", type=_time, help="window start (ISO 8601, UTC)")
+    p.add_argument("--until", type=_time, help="window end (ISO 8601, UTC)")
+    p.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
+    p.add_argument("--now", type=_time, help=NOW_HELP)
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="rows and method as JSON")
+    form.add_argument("--csv", action="store_true", help="rows as CSV")
+    p.set_defaults(func=cmd_usage)
+
+
+USAGE_COLUMNS = (
+    Column("jobs", "jobs"),
+    Column("allocated_gpu_hours", "allocated GPU-h", digits=1),
+    Column("used_gpu_hours", "used GPU-h", digits=1),
+    Column("idle_gpu_hours", "idle GPU-h", digits=1),
+    Column("unmeasured_gpu_hours", "unmeasured GPU-h", digits=1),
+    Column("charge_units", "charge units", digits=1),
+    Column("allocation_units", "allocation units", digits=1, missing="none"),
+    Column("remaining_units", "remaining units", digits=1, missing="n/a"),
+    Column("energy_kwh", "energy kWh", digits=2),
+    Column("carbon_kg", "carbon kg CO2e", digits=2),
+    hours("mean_wait_s", "mean wait"),
+)
+
+
+def add_statement(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("statement", help="an account's usage statement for a period, as HTML")
+    p.add_argument("--period", required=True, help=f"e.g. 2026-11 (any of {FORMS})")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--account", help="the account (with --out FILE.html)")
+    which.add_argument("--all", metavar="DIR", help="every account's statement into DIR")
+    p.add_argument("--out", metavar="FILE", help="the HTML file to write (with --account)")
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
+    p.add_argument("--now", type=_time, help=NOW_HELP)
+    p.set_defaults(func=cmd_statement)
+
+
+def cmd_statement(args: argparse.Namespace, config: Config) -> int:
+    """`sing report statement`: HTML statements built on accounting.usage."""
+    if bool(args.account) != bool(args.out):
+        raise UserError("--account needs --out FILE.html (or use --all DIR)")
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    found = statement.statements(
+        wh.connect(),
+        args.period,
+        accounting_settings(config),
+        accounts=[args.account] if args.account else None,
+        now=report_now(wh, args.now),
+        cluster=args.cluster,
+    )
+    site = args.cluster or config.site.cluster
+    if args.account:
+        paths = [Path(args.out)]
+        statement.write(found[0], paths[0], site)
+    else:
+        paths = statement.write_all(found, Path(args.all), site)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_usage(args: argparse.Namespace, config: Config) -> int:
+    """`sing report usage`: accounting.usage over a window or a named period."""
+    if args.period and (args.since or args.until):
+        raise UserError("give either --period or --since/--until, not both")
+    since, until = (
+        period_window(args.period, "--period") if args.period else (args.since, args.until)
+    )
+    settings = accounting_settings(config)
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    now = report_now(wh, args.now)
+    frame = usage(wh.connect(), args.by, since, until, settings, now=now, cluster=args.cluster)
+    notes = method(settings)
+    if args.json:
+        window = {"since": since, "until": until, "now": now}
+        json.dump(
+            {"rows": frame.to_dicts(), "window": window, "method": notes}, sys.stdout, default=str
+        )
+        print()
+    elif args.csv:
+        sys.stdout.write(frame.write_csv())
+    else:
+        columns = [Column(args.by, args.by), *(c for c in USAGE_COLUMNS if c.key in frame.columns)]
+        print(tables.render(frame.to_dicts(), columns))
+        for name in ("charge", "energy", "carbon"):
+            print(f"{name}: {notes[name]}")
+    return 0
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
@@ -195,14 +342,16 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
 def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
     root = Path(config.warehouse_dir(args.warehouse))
     check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
-    counts = generate(
-        Warehouse(root),
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        days=args.days,
-        seed=args.seed,
-        end=args.end,
-        cluster=config.site.cluster,
-    )
+    with Progress("demo-data", total=round(args.days * 24), unit="h of history") as progress:
+        counts = generate(
+            Warehouse(root),
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            days=args.days,
+            seed=args.seed,
+            end=args.end,
+            cluster=config.site.cluster,
+            on_progress=lambda seconds: progress.update(round(seconds / 3600)),
+        )
     print(f"wrote {counts} into {root}")
     return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -255,8 +256,10 @@ def generate(
     seed: int = 0,
     end: datetime | None = None,
     cluster: str = "campus",
+    on_progress: Callable[[float], None] | None = None,
 ) -> dict[str, int]:
     """Write `days` of synthetic history ending at `end` into `wh`; returns row counts.
+    `on_progress` hears the seconds of history written so far, after each day.
 
     The nodes are in the inventory from the history's start (`valid_from`), so capacity is
     known for every hour of it."""
@@ -283,6 +286,8 @@ def generate(
         counts["gpu_samples"] += wh.append("gpu_samples", gpu)
         counts["rdma_samples"] += wh.append("rdma_samples", rdma)
         day_start = day_end
+        if on_progress:
+            on_progress(day_end)
     wh.compact(now=end, settle_s=0)
     return counts
 

@@ -1,0 +1,290 @@
+"""Usage by user, account, partition or GPU model over a window: GPU-hours, charges, energy,
+carbon and what is left of each account's allocation (docs/accounting.md has the method).
+
+Every figure counts only the part of a job inside [since, until) (running jobs up to `now`):
+- allocated GPU-hours: the job's GPUs x its hours in the window;
+- used / idle GPU-hours: allocated x the mean utilisation / the idle-sample share of the job's
+  samples in the window, from the per-day `job_gpu_usage` rollup (a day the window cuts counts
+  in proportion to the job's allocated time in the window that day); a job without samples
+  there has them unknown and its allocation shows in `unmeasured_gpu_hours`;
+- charge units: allocated GPU-hours x the weight of the GPU model (`[accounting] gpu_weights`);
+- energy: the GPUs' counter deltas (resets handled by the writer) in the window, plus the job's
+  share of its nodes' host power if configured, x PUE; carbon: energy x grid intensity by the
+  hour of use (`accounting.carbon`).
+The GPU model is the node's inventory version in force at the job's start; a job spanning
+nodes of several models is split between them by its GPUs on each node.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import duckdb
+import polars as pl
+
+from accounting import carbon
+from accounting.periods import period_window
+from accounting.settings import AccountingSettings
+from sing.errors import UserError
+from warehouse.analytics import HOME_CLUSTER, NODE_VERSIONS_SQL, _window
+
+GROUPS = ("user", "account", "partition", "model")
+J_PER_KWH = 3.6e6
+# The summed figures of a group, in the order of the contract's columns.
+FIGURES = (
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "charge_units",
+    "energy_kwh",
+    "carbon_kg",
+)
+
+# One row per job overlapping the window, with its figures inside the window.
+JOB_WINDOW_SQL = f"""
+WITH j AS (
+    SELECT cluster, job_id, user, account, partition, num_gpus, nodes, start_time,
+           coalesce(end_time, $now) AS end_at,
+           greatest(start_time, $since) AS w_start,
+           least(coalesce(end_time, $now), $until) AS w_end,
+           epoch(start_time - submit_time) AS wait_s
+    FROM jobs
+    WHERE start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
+      AND ($cluster IS NULL OR cluster = $cluster)
+      AND ($account IS NULL OR account = $account)
+), gpu_days AS (
+    -- Energy per GPU and day; the GPU's first sample in the job has a delta that reaches back
+    -- before the job, so it is left out (on the job's first day, whatever the window).
+    SELECT cluster, job_id, day, samples, util_sum, idle_samples,
+           CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
+                ELSE energy_max_j - energy_min_j END
+           - CASE WHEN energy_delta_samples > 0
+                   AND first_ts = min(first_ts) OVER (PARTITION BY cluster, job_id, node, gpu_index)
+                  THEN coalesce(first_energy_delta_j, 0) ELSE 0 END AS energy_j
+    FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage)
+    SEMI JOIN j USING (cluster, job_id)
+), days AS (
+    -- The share of each day's figures inside the window: the job's allocated time in the
+    -- window that day over its allocated time that day (1 for days the window covers).
+    SELECT d.cluster, d.job_id, d.samples, d.util_sum, d.idle_samples, d.energy_j,
+           CASE WHEN full_s > 0 THEN greatest(window_s, 0) / full_s
+                ELSE (d.day >= $since AND d.day + INTERVAL 1 DAY <= $until)::INT END AS f
+    FROM (
+        SELECT g.cluster, g.job_id, g.day::TIMESTAMPTZ AS day,
+               sum(samples) AS samples, sum(util_sum) AS util_sum,
+               sum(idle_samples) AS idle_samples, sum(energy_j) AS energy_j
+        FROM gpu_days g
+        WHERE g.day >= date_trunc('day', $since) AND g.day < $until
+        GROUP BY ALL
+    ) d JOIN j USING (cluster, job_id),
+    LATERAL (SELECT
+        epoch(least(j.end_at, d.day + INTERVAL 1 DAY) - greatest(j.start_time, d.day))
+            AS full_s,
+        epoch(least(j.w_end, d.day + INTERVAL 1 DAY) - greatest(j.w_start, d.day)) AS window_s)
+), measured AS (
+    SELECT cluster, job_id,
+           sum(f * util_sum) / nullif(sum(f * samples), 0) AS mean_util,
+           sum(f * idle_samples) / nullif(sum(f * samples), 0) AS idle_share,
+           sum(f * energy_j) AS gpu_energy_j
+    FROM days GROUP BY ALL
+)
+SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.num_gpus, j.nodes, j.start_time,
+       j.w_start, j.w_end, j.wait_s,
+       j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
+       m.mean_util, m.idle_share, m.gpu_energy_j
+FROM j LEFT JOIN measured m USING (cluster, job_id)
+"""
+
+# Per job and GPU model: the job's share (its nodes of that model over all its nodes; Slurm
+# gives every node of a job the same GPUs) and GPU-seconds there x the share of each node's GPUs
+# held, for the host power. A job without a node list or inventory has model NULL.
+JOB_MODELS_SQL = f"""
+WITH versions AS ({NODE_VERSIONS_SQL}),
+on_nodes AS (
+    SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, unnest(nodes) AS node,
+           len(nodes) AS n
+    FROM _jobs WHERE len(nodes) > 0
+    UNION ALL
+    SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, NULL, 1
+    FROM _jobs WHERE coalesce(len(nodes), 0) = 0
+)
+SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
+       sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
+           AS host_s
+FROM on_nodes o
+LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
+ AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
+GROUP BY ALL
+"""
+
+
+def usage(
+    con: duckdb.DuckDBPyConnection,
+    by: str | tuple[str, ...],
+    since: datetime | None,
+    until: datetime | None,
+    settings: AccountingSettings,
+    now: datetime | None = None,
+    cluster: str | None = None,
+    account: str | None = None,
+) -> pl.DataFrame:
+    """One row per group (user, account, partition or GPU model) with the window's figures;
+    `by` may name several (("account", "user"): each user's use of each account); `cluster`
+    and `account` keep only that cluster's or account's jobs (one account's statement)."""
+    keys = (by,) if isinstance(by, str) else tuple(by)
+    if not keys or any(key not in GROUPS for key in keys):
+        raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
+    params = {**_window(since, until, now), "cluster": cluster, "account": account}
+    jobs = con.sql(JOB_WINDOW_SQL, params=params).pl()
+    rows = _per_model(con, jobs, settings).join(
+        _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
+    )
+    grouped = _aggregate(_figures(rows, settings), list(keys), settings)
+    if keys == ("account",) and settings.allocations:
+        grouped = _with_allocations(grouped, settings, params["since"], params["until"], account)
+    columns = [*keys, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
+    extra = [c for c in ("allocation_units", "remaining_units") if c in grouped.columns]
+    return grouped.select(*columns, *extra).sort(
+        ["allocated_gpu_hours", *keys], descending=[True] + [False] * len(keys), nulls_last=True
+    )
+
+
+def _per_model(
+    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings
+) -> pl.DataFrame:
+    """`jobs` split into one row per job and GPU model, with the model's weight and power."""
+    con.register("_jobs", jobs.to_arrow())
+    try:
+        models = con.sql(JOB_MODELS_SQL).pl()
+    finally:
+        con.unregister("_jobs")
+    names = models["model"].drop_nulls().unique().to_list()
+    weights = {m: settings.weight(m) for m in names}
+    power = {m: settings.node_power(m) for m in names}
+    return jobs.join(models, on=["cluster", "job_id"], how="left").with_columns(
+        share=pl.col("share").fill_null(1.0),
+        weight=pl.col("model").replace_strict(weights, default=settings.default_weight),
+        node_power_w=pl.col("model").replace_strict(power, default=settings.node_power_w),
+    )
+
+
+def _intensity(
+    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings, params: dict
+) -> pl.DataFrame:
+    """(cluster, job_id, g_per_kwh): by the hour of use from the series, else the constant."""
+    if settings.carbon_intensity_file:
+        series = carbon.load_series(settings.carbon_intensity_file)
+        return carbon.job_intensity(con, jobs, series, params)
+    value = settings.carbon_intensity if settings.has_carbon else None
+    return jobs.select("cluster", "job_id", g_per_kwh=pl.lit(value, dtype=pl.Float64))
+
+
+def _figures(rows: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
+    """Per job and model: the job's figures times its share of that model."""
+    allocated = pl.col("allocated_gpu_hours") * pl.col("share")
+    energy_j = (
+        pl.col("gpu_energy_j").fill_null(0) * pl.col("share")
+        + pl.col("host_s").fill_null(0) * pl.col("node_power_w")
+    ) * settings.pue
+    return rows.with_columns(
+        allocated_gpu_hours=allocated,
+        used_gpu_hours=allocated * pl.col("mean_util"),
+        idle_gpu_hours=allocated * pl.col("idle_share"),
+        unmeasured_gpu_hours=pl.when(pl.col("mean_util").is_null()).then(allocated).otherwise(0.0),
+        charge_units=allocated * pl.col("weight"),
+        energy_kwh=energy_j / J_PER_KWH,
+        carbon_kg=energy_j / J_PER_KWH * pl.col("g_per_kwh") / 1000,
+        # an hour of use the intensity series does not cover: the group's carbon is unknown
+        carbon_unknown=pl.col("g_per_kwh").is_null(),
+    )
+
+
+def _aggregate(rows: pl.DataFrame, by: list[str], settings: AccountingSettings) -> pl.DataFrame:
+    sums = [pl.col(c).sum() for c in (*FIGURES[:5], "unmeasured_gpu_hours")]
+    carbon_kg = pl.col("carbon_kg").sum()
+    if settings.has_carbon:
+        carbon_kg = pl.when(pl.col("carbon_unknown").any()).then(None).otherwise(carbon_kg)
+    else:
+        carbon_kg = pl.lit(None, dtype=pl.Float64)
+    return rows.group_by(by).agg(
+        *sums,
+        jobs=pl.struct("cluster", "job_id").n_unique().cast(pl.Int64),
+        # a job split between models waits in each by its share
+        mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum()
+        / pl.col("share").filter(pl.col("wait_s").is_not_null()).sum(),
+        carbon_kg=carbon_kg.cast(pl.Float64),
+    )
+
+
+def _with_allocations(
+    grouped: pl.DataFrame,
+    settings: AccountingSettings,
+    since: datetime,
+    until: datetime,
+    only: str | None,
+) -> pl.DataFrame:
+    """Allocation units of the periods inside the window, and what the window's charges left.
+
+    Accounts with an allocation but no jobs get a row of zeros, so a statement lists them."""
+    inside = {
+        account: [
+            units
+            for period, units in periods.items()
+            if since <= period_window(period)[0] and period_window(period)[1] <= until
+        ]
+        for account, periods in settings.allocations.items()
+        if only is None or account == only
+    }
+    granted = {account: sum(units) for account, units in inside.items() if units}
+    idle = [a for a in granted if a not in set(grouped["account"].to_list())]
+    if idle:
+        unknown = {"mean_wait_s"} | (set() if settings.has_carbon else {"carbon_kg"})
+        zeros = pl.DataFrame({"account": idle}).with_columns(
+            pl.lit(None if c in unknown else 0, dtype=grouped.schema[c]).alias(c)
+            for c in grouped.columns
+            if c != "account"
+        )
+        grouped = pl.concat([grouped, zeros.select(grouped.columns)])
+    allocation = pl.col("account").replace_strict(granted, default=None, return_dtype=pl.Float64)
+    return grouped.with_columns(
+        allocation_units=allocation, remaining_units=allocation - pl.col("charge_units")
+    )
+
+
+def method(settings: AccountingSettings) -> dict[str, str]:
+    """What each figure includes, in words: the `method` of --json and the table's footnotes."""
+    weights = ", ".join(f"{m} {w:g}" for m, w in sorted(settings.gpu_weights.items()))
+    host = "no host power"
+    if settings.node_power_w or settings.node_power_w_by_model:
+        by_model = ", ".join(
+            f"{m} {w:g} W" for m, w in sorted(settings.node_power_w_by_model.items())
+        )
+        host = (
+            f"the job's share of its nodes' host power ({settings.node_power_w:g} W per node"
+            + (f"; {by_model}" if by_model else "")
+            + ") by its GPUs there"
+        )
+    if settings.carbon_intensity_file:
+        carbon_note = (
+            "energy x hourly grid intensity by hour of use (weighted by the job's GPU power), "
+            f"from {settings.carbon_intensity_file}; unknown where the series has no value"
+        )
+    elif settings.has_carbon:
+        carbon_note = f"energy x a constant {settings.carbon_intensity:g} g CO2e/kWh"
+    else:
+        carbon_note = "unknown: no carbon intensity configured ([accounting] carbon_intensity)"
+    return {
+        "window": "the part of each job inside [since, until); running jobs up to now",
+        "allocated": "GPUs allocated x hours (as Slurm's AllocTRES gres/gpu)",
+        "used_idle": "allocated x mean utilisation / idle-sample share of the job's samples in "
+        "the window; jobs without samples count in unmeasured_gpu_hours only",
+        "charge": "allocated GPU-hours x weight per GPU model ("
+        + (f"{weights}; " if weights else "")
+        + f"others {settings.default_weight:g})",
+        "energy": "GPU energy counters (deltas, resets handled) in the window + "
+        + host
+        + f", x PUE {settings.pue:g}",
+        "carbon": carbon_note,
+        "model": "GPU model of the node inventory at the job's start; a job spanning models is "
+        "split by its GPUs on each",
+    }
