@@ -7,8 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-
-import polars as pl
+from typing import Any
 
 from executors.base import make_executor
 from policy import audit
@@ -19,6 +18,7 @@ from policy.reports import PERIODS, send_digests, send_job_end_reports
 from policy.settings import PolicySettings
 from sing.config import Config
 from sing.errors import UserError
+from sing.tables import Column, percent, render
 from warehouse.store import Warehouse
 
 
@@ -94,18 +94,15 @@ def full_round(engine: Engine, config: Config, now: datetime | None = None) -> R
 def cmd_check(args: argparse.Namespace, config: Config) -> int:
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     decisions = make_engine(config, warehouse, "sing policy check").decide()
-    frame = decisions_frame(decisions)
-    return _print(frame if args.json else for_people(frame), args.json, NO_JOBS)
+    return _print(decision_rows(decisions), DECISION_TABLE, args.json, NO_JOBS)
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     result = full_round(make_engine(config, warehouse, "sing policy run"), config)
-    frame = decisions_frame(result.decisions)
-    if args.json:
-        return _print(frame, True, "")
-    _print(for_people(frame), False, NO_JOBS)
-    print(f"{len(result.events)} event(s) recorded in the audit trail")
+    _print(decision_rows(result.decisions), DECISION_TABLE, args.json, NO_JOBS)
+    if not args.json:
+        print(f"{len(result.events)} event(s) recorded in the audit trail")
     return 0
 
 
@@ -114,10 +111,10 @@ def cmd_log(args: argparse.Namespace, config: Config) -> int:
     since = parse_since(args.since, datetime.now(UTC)) if args.since else None
     con = warehouse.connect({"policy_events": since.date() if since else None})
     try:
-        frame = audit.events(con, since=since, user=args.user)
+        rows = audit.events(con, since=since, user=args.user).to_dicts()
     finally:
         con.close()
-    return _print(frame, args.json, "the audit trail has no events in this window")
+    return _print(rows, LOG_TABLE, args.json, "the audit trail has no events in this window")
 
 
 def cmd_digest(args: argparse.Namespace, config: Config) -> int:
@@ -145,20 +142,9 @@ def cmd_digest(args: argparse.Namespace, config: Config) -> int:
         }
         for e in sent
     ]
-    frame = pl.DataFrame(rows, schema=DIGEST_COLUMNS)
-    return _print(frame, args.json, f"no {args.period} digest is due (each goes out once)")
-
-
-DIGEST_COLUMNS = {
-    "cluster": pl.String,
-    "user": pl.String,
-    "account": pl.String,
-    "channel": pl.String,
-    "recipient": pl.String,
-    "ok": pl.Boolean,
-    "dry_run": pl.Boolean,
-    "note": pl.String,
-}
+    return _print(
+        rows, DIGEST_TABLE, args.json, f"no {args.period} digest is due (each goes out once)"
+    )
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -174,26 +160,51 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 NO_JOBS = "no running job is judged by a rule"
-DECISION_COLUMNS = {
-    "cluster": pl.String,
-    "job_id": pl.String,
-    "user": pl.String,
-    "rule": pl.String,
-    "verdict": pl.String,
-    "action": pl.String,
-    "held": pl.String,
-    "deadline": pl.Datetime("us", "UTC"),
-    "dry_run": pl.Boolean,
-    "mean_util": pl.Float64,
-    "idle_gpus": pl.Int64,
-    "gpus_sampled": pl.Int64,
-    "rdma_bytes_per_node_hour": pl.Float64,
-}
+DECISION_TABLE = (
+    Column("cluster", "cluster"),
+    Column("job_id", "job"),
+    Column("user", "user"),
+    Column("rule", "rule"),
+    Column("verdict", "verdict"),
+    Column("action", "action now"),
+    Column("held", "held", missing=""),
+    Column("deadline", "deadline (UTC)", missing=""),
+    Column("dry_run", "dry run"),
+    percent("mean_util", "mean util"),
+    Column("idle_gpus", "idle GPUs"),
+    Column("gpus_sampled", "GPUs"),
+    Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
+)
+LOG_TABLE = (
+    Column("ts", "time (UTC)"),
+    Column("cluster", "cluster"),
+    Column("job_id", "job", missing=""),
+    Column("user", "user", missing=""),
+    Column("rule", "rule", missing=""),
+    Column("event", "event"),
+    Column("outcome", "outcome"),
+    Column("deadline", "deadline (UTC)", missing=""),
+    Column("channel", "channel", missing=""),
+    Column("recipient", "recipient", missing=""),
+    Column("dry_run", "dry run"),
+    Column("ok", "ok"),
+    Column("actor", "by"),
+)
+DIGEST_TABLE = (
+    Column("cluster", "cluster"),
+    Column("user", "user", missing=""),
+    Column("account", "account", missing=""),
+    Column("channel", "channel", missing=""),
+    Column("recipient", "recipient", missing=""),
+    Column("ok", "ok"),
+    Column("dry_run", "dry run"),
+    Column("note", "note", missing=""),
+)
 
 
-def decisions_frame(decisions: list[Decision]) -> pl.DataFrame:
+def decision_rows(decisions: list[Decision]) -> list[dict[str, Any]]:
     """One row per job and rule: the verdict, the step taken now, the deadline, the figures."""
-    rows = [
+    return [
         {
             "cluster": d.job["cluster"],
             "job_id": d.job["job_id"],
@@ -211,24 +222,15 @@ def decisions_frame(decisions: list[Decision]) -> pl.DataFrame:
         }
         for d in decisions
     ]
-    return pl.DataFrame(rows, schema=DECISION_COLUMNS)
 
 
-def for_people(frame: pl.DataFrame) -> pl.DataFrame:
-    """The decisions with units: utilisation in %, RDMA traffic in GB per node-hour."""
-    return frame.with_columns(
-        (pl.col("mean_util") * 100).round(1).alias("mean_util_%"),
-        (pl.col("rdma_bytes_per_node_hour") / 1e9).round(2).alias("rdma_GB_per_node_h"),
-    ).drop("mean_util", "rdma_bytes_per_node_hour")
-
-
-def _print(frame: pl.DataFrame, as_json: bool, empty: str) -> int:
+def _print(rows: list[dict[str, Any]], table: tuple[Column, ...], as_json: bool, empty: str) -> int:
+    """Rows as JSON for scripts, or as a table for people (`empty` when there are none)."""
     if as_json:
-        json.dump(frame.to_dicts(), sys.stdout, default=str)
+        json.dump(rows, sys.stdout, default=str)
         print()
-    elif frame.is_empty():
+    elif not rows:
         print(empty)
     else:
-        with pl.Config(tbl_rows=200, tbl_cols=20, fmt_str_lengths=40, tbl_width_chars=200):
-            print(frame)
+        print(render(rows, table))
     return 0

@@ -67,6 +67,8 @@ def test_check_shows_each_job_and_rule_and_records_nothing(site, capsys):
     }
     table = sing(capsys, "--config", str(site), "policy", "check")
     assert "violating" in table and "idle-gpus" in table
+    heading = table.splitlines()[0].split()
+    assert heading[:3] == ["cluster", "job", "user"] and "%" in heading  # a table for people
     log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))
     assert log == []
 
