@@ -38,6 +38,7 @@ class JobRecord:
     account: str | None = None
     partition: str | None = None
     name: str | None = None
+    qos: str | None = None
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
@@ -106,6 +107,7 @@ def to_tables(records: list[JobRecord], recorded_at: datetime) -> tuple[pa.Table
             "account": r.account,
             "partition": r.partition,
             "name": r.name,
+            "qos": r.qos,
             "submit_time": r.submit_time,
             "start_time": r.start_time,
             "end_time": r.end_time,

@@ -32,6 +32,7 @@ COMMANDS = {
     "dashboard": "dashboards.cli",
     "trace": "traces.cli",
     "demo": "demo.cli",
+    "policy": "policy.cli",
     "doctor": "sing.doctor",
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")

@@ -123,7 +123,7 @@ class Config:
         if not isinstance(raw, dict):
             kind = type(raw).__name__
             raise ConfigError(f"{self._where()}: [{name}] must be a table, not {kind}")
-        return _build(schema, raw, f"{self._where()}: [{name}]")
+        return build_section(schema, raw, f"{self._where()}: [{name}]")
 
     @property
     def site(self) -> SiteSettings:
@@ -151,7 +151,9 @@ class Config:
         return str(self.path) if self.path else "built-in defaults"
 
 
-def _build(schema: type[T], raw: dict[str, Any], where: str) -> T:
+def build_section(schema: type[T], raw: dict[str, Any], where: str) -> T:
+    """`raw` (a TOML table) as the dataclass `schema`: unknown keys and wrong types are errors
+    that say `where`."""
     fields = {f.name: f for f in dataclasses.fields(schema)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(schema)
     values: dict[str, Any] = {}

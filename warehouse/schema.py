@@ -66,6 +66,7 @@ TABLES: dict[str, Table] = {
                 ("account", pa.string()),
                 ("partition", pa.string()),
                 ("name", pa.string()),
+                ("qos", pa.string()),  # the scheduler's quality of service, where it has one
                 ("submit_time", UTC_TS),
                 ("start_time", UTC_TS),
                 ("end_time", UTC_TS),

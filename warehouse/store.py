@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -96,19 +96,30 @@ class Warehouse:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
+    def connect(
+        self, days_from: Mapping[str, date | None] | None = None
+    ) -> duckdb.DuckDBPyConnection:
         """A new in-memory DuckDB connection with a view per table and rollup.
 
         The views are a snapshot of the tables' newest versions; open a fresh connection for
-        fresh data. Nothing through them can change the warehouse.
+        fresh data. Nothing through them can change the warehouse. `days_from` (table -> first
+        UTC day, None for all) creates only those tables' views, samples and their rollups from
+        that day on, so a question about the last hour never opens a year of files.
         """
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
-        snapshot = {spec.name: self.live_files(spec.name) for spec in TABLES.values()}
-        for spec in TABLES.values():
-            _create_table_view(con, spec, [f.path for f in snapshot[spec.name]])
+        chosen = dict.fromkeys(TABLES) if days_from is None else dict(days_from)
+        snapshot = {
+            name: [f for f in self.live_files(name) if _on_or_after(f.day, first)]
+            for name, first in chosen.items()
+        }
+        for name in chosen:
+            _create_table_view(con, table(name), [f.path for f in snapshot[name]])
         for rollup in ROLLUPS.values():
+            if rollup.source not in chosen:
+                continue
             stored, hot = self.rollup_sources(rollup, snapshot[rollup.source])
+            stored = [f for f in stored if _on_or_after(f.day, chosen[rollup.source])]
             _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
         return con
 
@@ -274,6 +285,10 @@ def split_by_day(batch: pa.Table, time_column: str) -> Iterator[tuple[date, pa.T
     epoch = date(1970, 1, 1)
     for start, end in zip(starts, ends, strict=True):
         yield epoch + timedelta(days=int(days[start])), batch.slice(start, end - start)
+
+
+def _on_or_after(day: date | None, first: date | None) -> bool:
+    return first is None or day is None or day >= first
 
 
 def _by_day(live: list[LiveFile]) -> dict[date | None, list[LiveFile]]:

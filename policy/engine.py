@@ -1,0 +1,262 @@
+"""One policy round: evaluate every rule, decide each ladder's step, send, cancel, record.
+
+Everything a round decided lands in the audit trail in one commit, dry run or not, so `sing
+policy log` shows what happened (or would have). Before a cancellation the executor is asked
+whether the job still runs as the same run (same start time): the warehouse can lag behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from executors.base import Executor
+from executors.slurm import SlurmExecutor
+from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
+from policy.evaluate import evaluate, open_round
+from policy.ladder import (
+    CANCEL,
+    CHANGED,
+    ENDED,
+    HELD,
+    LEFT_ALONE,
+    QUIET_HOURS,
+    Decision,
+    Ladder,
+    QuietHours,
+    load_episodes,
+    load_last_sent,
+    same_start,
+)
+from policy.messages import CANCELLED, NOTIFY, WARN, Message, Postman
+from policy.rules import load_rules
+from policy.settings import PolicySettings
+from warehouse.store import Warehouse
+
+log = logging.getLogger(__name__)
+
+# The job's fields a message's `job` context carries (a subset of warehouse.analytics.job_usage).
+JOB_FIELDS = (
+    "job_id",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "qos",
+    "num_nodes",
+    "num_gpus",
+    "start_time",
+    "run_s",
+)
+FIGURES = ("mean_util", "gpus_never_used", "rdma_bytes_per_node_hour")
+
+
+@dataclass
+class Round:
+    """What one round decided, and the trail rows it wrote (none for `check`)."""
+
+    decisions: list[Decision]
+    events: list[Event]
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: PolicySettings,
+        warehouse: Warehouse,
+        executor: Executor,
+        postman: Postman,
+        actor: str,
+    ) -> None:
+        self.settings = settings
+        self.rules = load_rules(settings)
+        self.warehouse = warehouse
+        self.executor = executor
+        self.postman = postman
+        self.actor = actor
+        self.quiet = QuietHours(settings.quiet_hours, settings.timezone)
+
+    def decide(self, now: datetime | None = None) -> list[Decision]:
+        """Every (job, rule) step this round would take; nothing is sent, done or recorded."""
+        now = now or datetime.now(UTC)
+        period = timedelta(seconds=self.settings.user_message_period_s)
+        con = open_round(self.warehouse, self.rules, now, (now - period).date())
+        try:
+            episodes, last_sent = load_episodes(con), load_last_sent(con, now - period)
+            ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
+            decisions = []
+            running: set[tuple[str, str, str]] = set()
+            for rule in self.rules:
+                for verdict in evaluate(con, rule, now, self.settings.max_data_age_s):
+                    running.add(verdict.key)
+                    decisions.append(ladder.decide(verdict))
+            decisions += self._gone(con, ladder, running)
+            return decisions
+        finally:
+            con.close()
+
+    def run(self, now: datetime | None = None) -> Round:
+        """One round: decide, then send, cancel and record every outcome in one commit."""
+        now = now or datetime.now(UTC)
+        decisions = self.decide(now)
+        events = [e for d in decisions for e in self._act(d, now)]
+        record(self.warehouse, events)
+        return Round(decisions, events)
+
+    def _gone(
+        self, con: duckdb.DuckDBPyConnection, ladder: Ladder, running: set[tuple[str, str, str]]
+    ) -> list[Decision]:
+        """Decisions for open episodes whose job no longer runs (ended, or requeued)."""
+        rules = {r.name: r for r in self.rules}
+        open_keys = [
+            (key, dry)
+            for key, dry in ladder.open_episodes()
+            if key not in running
+            and key[2] in rules
+            and dry == (not rules[key[2]].acts(self.settings))
+        ]
+        out = []
+        for key, dry in open_keys:
+            found = con.sql("FROM jobs WHERE cluster = $1 AND job_id = $2", params=list(key[:2]))
+            row = found.to_arrow_table().to_pylist()
+            job = row[0] if row else {"cluster": key[0], "job_id": key[1]}
+            out.append(ladder.decide_gone(key, dry, rules[key[2]], job))
+        return out
+
+    # ---- acting --------------------------------------------------------------------------
+
+    def _act(self, d: Decision, now: datetime) -> list[Event]:
+        events = []
+        if d.evaluation:
+            events.append(self._event(d, now, EVALUATION, d.evaluation, detail=d.evidence))
+        if d.action in (NOTIFY, WARN, CANCELLED):
+            events += self._send(d, now, d.action)
+        elif d.action == HELD and d.hold:
+            kind, reason = d.hold
+            events.append(
+                self._event(d, now, MESSAGE, HELD, detail={"kind": kind, "reason": reason})
+            )
+        elif d.action == LEFT_ALONE:
+            events.append(self._event(d, now, ACTION, LEFT_ALONE, detail={"why": d.verdict}))
+        elif d.action == CANCEL:
+            events += self._cancel(d, now)
+        return events
+
+    def _cancel(self, d: Decision, now: datetime) -> list[Event]:
+        """Cancel if the executor still runs the same job; otherwise leave it alone."""
+        live = {r.job_id: r for r in self.executor.running()}
+        job = live.get(d.job["job_id"])
+        if job is None or not same_start(job.start_time, d.start_time):
+            why = ENDED if job is None else CHANGED
+            return [
+                self._event(d, now, EVALUATION, why),
+                self._event(d, now, ACTION, LEFT_ALONE, detail={"why": why}),
+            ]
+        error = ""
+        if not d.dry_run:
+            try:
+                self.executor.cancel(d.job["job_id"])
+            except Exception as err:  # noqa: BLE001 - any executor failure is recorded, retried
+                log.warning("cancelling job %s failed: %s", d.job["job_id"], err)
+                error = str(err) or type(err).__name__
+        done = self._event(
+            d,
+            now,
+            ACTION,
+            CANCEL,
+            channel=executor_kind(self.executor),
+            ok=not error,
+            detail={"error": error} if error else d.evidence,
+        )
+        if error:
+            return [done]
+        # The notice follows at once, unless quiet hours hold it (a later round sends it).
+        if now in self.quiet:
+            held = {"kind": CANCELLED, "reason": QUIET_HOURS}
+            return [done, self._event(d, now, MESSAGE, HELD, detail=held)]
+        return [done, *self._send(d, now, CANCELLED)]
+
+    def _send(self, d: Decision, now: datetime, kind: str) -> list[Event]:
+        if d.dry_run:
+            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline)]
+        deliveries = self.postman.send(self._message(d, kind))
+        if not deliveries:  # no channel reaches this user: decided and recorded all the same
+            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline)]
+        return [
+            self._event(
+                d,
+                now,
+                MESSAGE,
+                kind,
+                deadline=d.deadline,
+                channel=x.channel,
+                recipient=x.recipient,
+                ok=x.ok,
+                detail={"error": x.error} if x.error else {},
+            )
+            for x in deliveries
+        ]
+
+    def _message(self, d: Decision, kind: str) -> Message:
+        job = d.job
+        context = {
+            "job": {
+                **{k: job.get(k) for k in JOB_FIELDS},
+                **{k: d.evidence.get(k) for k in FIGURES},
+            },
+            "rule": {
+                "name": d.rule.name,
+                "kind": d.rule.kind,
+                "description": d.rule.says(),
+                "threshold": d.rule.threshold,
+                "minutes": d.rule.minutes,
+            },
+            "evidence": d.evidence,
+            "deadline": d.deadline,
+            "cancel_command": cancel_command(self.executor, job["job_id"]),
+            "dry_run": d.dry_run,
+            "cluster": job["cluster"],
+        }
+        return Message(
+            kind,
+            job.get("user") or "",
+            job["cluster"],
+            job["job_id"],
+            d.rule.name,
+            job.get("account"),
+            context,
+        )
+
+    def _event(self, d: Decision, now: datetime, event: str, outcome: str, **fields: Any) -> Event:
+        detail = dict(fields.pop("detail", {}) or {})
+        detail["start_time"] = d.start_time.isoformat() if d.start_time else None
+        return Event(
+            ts=now,
+            cluster=d.job["cluster"],
+            event=event,
+            outcome=outcome,
+            actor=self.actor,
+            dry_run=d.dry_run,
+            job_id=d.job["job_id"],
+            user=d.job.get("user"),
+            account=d.job.get("account"),
+            rule=d.rule.name,
+            detail=detail,
+            **fields,
+        )
+
+
+def executor_kind(executor: Executor) -> str:
+    """'slurm' or 'local': the executor that cancels (the trail's channel of an action)."""
+    return "slurm" if isinstance(executor, SlurmExecutor) else "local"
+
+
+def cancel_command(executor: Executor, job_id: str) -> str:
+    """The exact command a user runs to cancel the job themselves."""
+    if executor_kind(executor) == "slurm":
+        return f"scancel {job_id}"
+    return f"sing jobs cancel {job_id}"

@@ -1,0 +1,90 @@
+"""A small scripted cluster for the policy tests: jobs and GPU samples written through
+`Warehouse.append`, the policy settings as a site would write them, and a postman that keeps
+what it was asked to deliver (no channel is under test here; test_policy_mail tests them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from executors.local import LocalExecutor
+from policy.engine import Engine
+from policy.messages import Delivery, Message
+from policy.settings import PolicySettings
+from warehouse.store import Warehouse
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+SAMPLE_S = 60
+
+
+@dataclass
+class RecordingPostman:
+    """Delivers every message to one pretend mailbox and remembers it."""
+
+    sent: list[Message] = field(default_factory=list)
+
+    def send(self, message: Message) -> list[Delivery]:
+        self.sent.append(message)
+        return [Delivery("email", f"{message.user}@example.edu", True)]
+
+
+def add_job(wh: Warehouse, job_id: str, start: datetime, **fields: Any) -> dict[str, Any]:
+    """A running job record (end_time NULL unless given)."""
+    row = {
+        "job_id": job_id,
+        "cluster": "campus",
+        "user": "alice",
+        "account": "physics",
+        "partition": "gpu",
+        "name": "train",
+        "state": "RUNNING",
+        "submit_time": start - timedelta(minutes=1),
+        "start_time": start,
+        "num_nodes": 1,
+        "num_gpus": 2,
+        "nodes": ["n1"],
+        "interactive": False,
+        **fields,
+    }
+    wh.append("jobs", pa.Table.from_pylist([row]))
+    return row
+
+
+def add_samples(
+    wh: Warehouse,
+    job_id: str,
+    start: datetime,
+    end: datetime,
+    util: dict[tuple[str, int], float],
+    cluster: str = "campus",
+    rdma_bytes_per_sample: int | None = None,
+) -> None:
+    """One sample per GPU (node, index) every SAMPLE_S seconds in [start, end]."""
+    rows, rdma = [], []
+    ts = start
+    while ts <= end:
+        for (node, index), value in util.items():
+            rows.append({"ts": ts, "node": node, "gpu_index": index, "util": value,
+                         "job_id": job_id, "cluster": cluster})  # fmt: skip
+        if rdma_bytes_per_sample is not None:
+            for node in {n for n, _ in util}:
+                rdma.append({"ts": ts, "node": node, "device": "mlx5_0", "port": 1,
+                             "tx_delta_bytes": rdma_bytes_per_sample, "rx_delta_bytes": 0,
+                             "job_id": job_id, "cluster": cluster})  # fmt: skip
+        ts += timedelta(seconds=SAMPLE_S)
+    wh.append("gpu_samples", pa.Table.from_pylist(rows))
+    if rdma:
+        wh.append("rdma_samples", pa.Table.from_pylist(rdma))
+
+
+def settings(rules: dict[str, dict[str, Any]], **fields: Any) -> PolicySettings:
+    return PolicySettings(rules=rules, **fields)
+
+
+def engine(
+    wh: Warehouse, policy: PolicySettings, executor: LocalExecutor, postman: RecordingPostman
+) -> Engine:
+    return Engine(policy, wh, executor, postman, "pytest@test")
