@@ -15,6 +15,7 @@ from collector.pull import PrometheusPull
 from collector.service import Collector, run_forever
 from collector.settings import CollectorSettings
 from collector.targets import FileSD, Target, slurm_targets, target_from
+from policy.cli import policy_job
 from sing.config import Config
 from sing.errors import UserError
 from warehouse.store import Warehouse
@@ -107,5 +108,5 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
-    run_forever(collector, round_job)
+    run_forever(collector, round_job, policy_job(config, warehouse))
     return 0

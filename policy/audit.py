@@ -75,7 +75,8 @@ def events(
         FROM policy_events
         WHERE ($since IS NULL OR ts >= $since) AND ($user IS NULL OR "user" = $user)
           AND list_contains($kinds, event)
-        ORDER BY ts DESC
+        -- a round's events share their time: verdicts, then actions, then messages
+        ORDER BY ts DESC, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END DESC
         """,
         params={"since": since, "user": user, "kinds": list(kinds)},
     ).pl()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,18 @@ def make_engine(config: Config, warehouse: Warehouse, command: str) -> Engine:
     """The engine as the site configured it: its executor, its postman."""
     settings = config.section("policy", PolicySettings)
     return Engine(settings, warehouse, make_executor(config), postman(config), audit.actor(command))
+
+
+def policy_job(config: Config, warehouse: Warehouse) -> tuple[Callable[[], object], float] | None:
+    """The collector's scheduled policy round and its interval; None without rules (or with
+    `[policy] interval_s = 0`). A bad rule is an error now, when the collector starts."""
+    settings = config.section("policy", PolicySettings)
+    if not settings.rules or settings.interval_s <= 0:
+        return None
+    engine = make_engine(config, warehouse, "sing collector")
+    if not engine.rules:
+        return None
+    return engine.run, settings.interval_s
 
 
 def postman(config: Config) -> Postman:

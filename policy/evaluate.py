@@ -23,7 +23,7 @@ from policy.rules import (
     UNTOUCHED_GPUS,
     Rule,
 )
-from warehouse.analytics import HOME_CLUSTER
+from warehouse.analytics import HOME_CLUSTER, numeric_job_order
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 from warehouse.store import Warehouse
 
@@ -60,12 +60,13 @@ def _rdma_sql(since_start: bool) -> str:
         return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN sum(tx_unknown_samples + rx_unknown_samples) = 0
-                    THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0) END AS bytes
+                    THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0)
+               END::DOUBLE AS bytes
         FROM job_rdma_usage GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN count(*) = count(tx_delta_bytes) AND count(*) = count(rx_delta_bytes)
-                    THEN sum(tx_delta_bytes) + sum(rx_delta_bytes) END AS bytes
+                    THEN sum(tx_delta_bytes) + sum(rx_delta_bytes) END::DOUBLE AS bytes
         FROM rdma_samples
         WHERE ts > $window_from AND ts <= $now AND job_id IS NOT NULL GROUP BY ALL"""
 
@@ -99,6 +100,7 @@ FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id
 LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id
 LEFT JOIN rdma d ON d.cluster = r.cluster AND d.job_id = r.job_id
+ORDER BY {numeric_job_order("r.job_id")}, r.cluster
 """
 
 

@@ -107,8 +107,8 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
         """
         SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel, detail
         FROM policy_events WHERE job_id IS NOT NULL AND rule IS NOT NULL
-        -- one round's events share their time: its verdict, then its messages, then actions
-        ORDER BY ts, CASE event WHEN 'evaluation' THEN 0 WHEN 'message' THEN 1 ELSE 2 END
+        -- one round's events share their time: verdicts, then actions, then messages
+        ORDER BY ts, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END
         """
     ).fetchall()
     episodes: dict[tuple[Key, bool], Episode] = {}

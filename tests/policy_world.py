@@ -67,13 +67,30 @@ def add_samples(
     ts = start
     while ts <= end:
         for (node, index), value in util.items():
-            rows.append({"ts": ts, "node": node, "gpu_index": index, "util": value,
-                         "job_id": job_id, "cluster": cluster})  # fmt: skip
+            rows.append(
+                {
+                    "ts": ts,
+                    "node": node,
+                    "gpu_index": index,
+                    "util": value,
+                    "job_id": job_id,
+                    "cluster": cluster,
+                }
+            )
         if rdma_bytes_per_sample is not None:
             for node in {n for n, _ in util}:
-                rdma.append({"ts": ts, "node": node, "device": "mlx5_0", "port": 1,
-                             "tx_delta_bytes": rdma_bytes_per_sample, "rx_delta_bytes": 0,
-                             "job_id": job_id, "cluster": cluster})  # fmt: skip
+                rdma.append(
+                    {
+                        "ts": ts,
+                        "node": node,
+                        "device": "mlx5_0",
+                        "port": 1,
+                        "tx_delta_bytes": rdma_bytes_per_sample,
+                        "rx_delta_bytes": 0,
+                        "job_id": job_id,
+                        "cluster": cluster,
+                    }
+                )
         ts += timedelta(seconds=SAMPLE_S)
     wh.append("gpu_samples", pa.Table.from_pylist(rows))
     if rdma:

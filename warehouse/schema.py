@@ -176,7 +176,8 @@ TABLES: dict[str, Table] = {
                 # "evaluation" (a rule's verdict on a job), "message" or "action".
                 ("event", pa.string()),
                 # evaluation: violating, recovered, exempt, stale, ended, changed;
-                # message: notify, warn, cancelled, job_end, weekly_digest, monthly_digest;
+                # message: notify, warn, cancelled, held (waits: detail says why), job_end,
+                # weekly_digest, monthly_digest;
                 # action: cancel, left_alone.
                 ("outcome", pa.string()),
                 ("deadline", UTC_TS),  # a warning's: the job is cancelled after it

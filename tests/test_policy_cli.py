@@ -1,0 +1,139 @@
+"""`sing policy check|run|log` as a site runs them, and the collector's scheduled round."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from policy.cli import parse_since, policy_job
+from policy.rules import load_rules
+from policy.settings import PolicySettings
+from sing.cli import main
+from sing.config import Config, ConfigError
+from sing.errors import UserError
+from tests.policy_world import add_job, add_samples
+from warehouse.store import Warehouse
+
+CONFIG = """
+[site]
+cluster = "campus"
+warehouse = "wh"
+
+[executor]
+kind = "local"
+local_gpus = [0, 1]
+local_state_dir = "jobs"
+
+[policy]
+interval_s = 120
+
+[policy.rules.idle-gpus]
+kind = "idle_gpus"
+minutes = 30
+actions = ["notify", "warn", "cancel"]
+exempt_users = ["carol"]
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A site with two idle jobs (one of an exempt user) and a busy one, sampled until now."""
+    config = tmp_path / "sing.toml"
+    config.write_text(CONFIG)
+    wh = Warehouse(tmp_path / "wh")
+    now = datetime.now(UTC)
+    start = now - timedelta(hours=2)
+    for job_id, user, util in (("1", "alice", 0.0), ("2", "bob", 0.9), ("3", "carol", 0.0)):
+        add_job(wh, job_id, start, user=user)
+        add_samples(wh, job_id, start, now, {("n1", 0): util, ("n1", 1): util})
+    return config
+
+
+def sing(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_check_shows_each_job_and_rule_and_records_nothing(site, capsys):
+    rows = json.loads(sing(capsys, "--config", str(site), "policy", "check", "--json"))
+    got = {r["job_id"]: (r["verdict"], r["action"], r["dry_run"]) for r in rows}
+    assert got == {
+        "1": ("violating", "notify", True),
+        "2": ("ok", "wait", True),
+        "3": ("exempt", "wait", True),
+    }
+    table = sing(capsys, "--config", str(site), "policy", "check")
+    assert "violating" in table and "idle-gpus" in table
+    log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))
+    assert log == []
+
+
+def test_run_records_a_dry_round_and_log_shows_it(site, capsys):
+    out = sing(capsys, "--config", str(site), "policy", "run")
+    assert "event(s) recorded" in out
+    log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))
+    got = sorted((e["job_id"], e["event"], e["outcome"], e["dry_run"]) for e in log)
+    assert got == [
+        ("1", "evaluation", "violating", True),
+        ("1", "message", "notify", True),
+        ("3", "evaluation", "exempt", True),
+    ]
+    assert all(e["actor"].startswith("sing policy run@") for e in log)
+    mine = json.loads(
+        sing(capsys, "--config", str(site), "policy", "log", "--user", "carol", "--json")
+    )
+    assert {e["job_id"] for e in mine} == {"3"}
+    # a second round at once: the notice is not repeated, nothing changed
+    sing(capsys, "--config", str(site), "policy", "run")
+    again = json.loads(
+        sing(capsys, "--config", str(site), "policy", "log", "--since", "1h", "--json")
+    )
+    assert len(again) == len(log)
+    assert "evaluation" in sing(capsys, "--config", str(site), "policy", "log")
+
+
+def test_bad_rule_is_a_configuration_error(tmp_path, capsys):
+    config = tmp_path / "sing.toml"
+    config.write_text(CONFIG.replace('"idle_gpus"', '"idle_gpu"'))
+    assert main(["--config", str(config), "policy", "check"]) == 2
+    assert "idle-gpus" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="kind = 'idle_gpu'"):
+        policy_job(Config.load(config), Warehouse(tmp_path / "wh"))
+
+
+def test_the_collector_schedules_a_round_only_when_rules_exist(site, tmp_path):
+    config = Config.load(site)
+    job = policy_job(config, Warehouse(tmp_path / "wh"))
+    assert job is not None
+    round_, interval_s = job
+    assert interval_s == 120
+    assert [d.job["job_id"] for d in round_().decisions] == ["1", "2", "3"]
+    bare = tmp_path / "bare.toml"
+    bare.write_text(CONFIG.split("[policy.rules")[0])
+    assert policy_job(Config.load(bare), Warehouse(tmp_path / "wh")) is None
+    off = tmp_path / "off.toml"
+    off.write_text(CONFIG.replace("interval_s = 120", "interval_s = 0"))
+    assert policy_job(Config.load(off), Warehouse(tmp_path / "wh")) is None
+
+
+def test_since_accepts_durations_and_times():
+    now = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    assert parse_since("24h", now) == now - timedelta(hours=24)
+    assert parse_since("7d", now) == now - timedelta(days=7)
+    assert parse_since("2026-03-01T08:00", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    with pytest.raises(UserError, match="--since 'yesterday'"):
+        parse_since("yesterday", now)
+
+
+def test_the_documented_example_is_a_valid_configuration(tmp_path):
+    doc = (Path(__file__).parent.parent / "docs" / "policy.md").read_text()
+    example = doc.split("## Example\n", 1)[1]
+    toml = "\n".join(line.removeprefix("    ") for line in example.splitlines() if line.strip())
+    (tmp_path / "sing.toml").write_text(toml)
+    settings = Config.load(tmp_path / "sing.toml").section("policy", PolicySettings)
+    rules = {r.name: r for r in load_rules(settings)}
+    assert sorted(rules) == ["idle-gpus", "silent-multinode", "untouched"]
+    assert rules["idle-gpus"].acts(settings) and not rules["silent-multinode"].acts(settings)
