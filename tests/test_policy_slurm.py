@@ -22,11 +22,8 @@ rounds find it stale and wait; the cancellation comes only after the exporters a
 from __future__ import annotations
 
 import contextlib
-import email
-import email.policy
 import json
 import shutil
-import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
+from tests.mailbox import Mailbox, Webhook, smtp_server, webhook_server
 from tests.real_path.processes import Service, run, wait_for
 from tests.real_path.site import (
     IDLE,
@@ -62,7 +59,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 SITE_CLUSTER = "campus"
 MAIL_DOMAIN = "campus.edu"
 ADMIN_EMAIL = "hpc-admins@campus.edu"
-SMTP_PORT = 18025
 FIRST_JOB_ID = 4711  # ids no date or figure in a message could contain by chance
 EXPORTER_PORTS = {"gpu-1": 19511, "gpu-2": 19512}
 RULE = "idle-gpus"
@@ -90,7 +86,8 @@ dry_run = false
 interval_s = 0  # the test starts every round itself
 max_data_age_s = {MAX_DATA_AGE_S}
 smtp_host = "127.0.0.1"
-smtp_port = {SMTP_PORT}
+smtp_port = {{smtp_port}}
+webhook_url = "{{webhook_url}}"
 mail_from = "sing@{MAIL_DOMAIN}"
 mail_domain = "{MAIL_DOMAIN}"
 admin_emails = ["{ADMIN_EMAIL}"]
@@ -136,24 +133,15 @@ def profile(spec: JobSpec) -> str:
     return f"name: {spec.name}\nnodes: 1\ngpus_per_node: 2\nentry: {{commands: 'sleep 3600'}}\n"
 
 
-class Mailbox:
-    """A real SMTP server on loopback (aiosmtpd) keeping every message it is handed."""
+def mails(loop: Loop, recipient: str, job_id: str) -> list[EmailMessage]:
+    """The emails the SMTP server took for `recipient` that name job `job_id`, in order."""
+    return [r.message for r in loop.mailbox.received
+            if recipient in r.rcpt_tos and job_id in body(r.message)]  # fmt: skip
 
-    def __init__(self, port: int) -> None:
-        self.messages: list[tuple[list[str], EmailMessage]] = []
-        self._lock = threading.Lock()
-        self.controller = Controller(self, hostname="127.0.0.1", port=port)
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
-        parsed = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
-        with self._lock:
-            self.messages.append((list(envelope.rcpt_tos), parsed))
-        return "250 OK"
-
-    def to(self, recipient: str, job_id: str) -> list[EmailMessage]:
-        """Messages delivered to `recipient` that name job `job_id`."""
-        with self._lock:
-            return [m for rcpt, m in self.messages if recipient in rcpt and job_id in body(m)]
+def posts(loop: Loop, job_id: str) -> list[str]:
+    """The chat webhook's messages that name job `job_id`, in order."""
+    return [p["text"] for p in loop.webhook.posts if job_id in p["text"]]
 
 
 def body(message: EmailMessage) -> str:
@@ -170,6 +158,7 @@ class Loop:
     config: Path
     env: dict[str, str]
     mailbox: Mailbox
+    webhook: Webhook
     ids: dict[str, str] = field(default_factory=dict)  # job key -> Slurm job id
     allocation: dict[str, Allocation] = field(default_factory=dict)
     rounds: int = 0
@@ -241,10 +230,10 @@ def loop(request: pytest.FixtureRequest) -> Iterator[Loop]:
         with contextlib.ExitStack() as stack:
             stack.callback(cluster.down)
             cluster.up()
-            mailbox = Mailbox(SMTP_PORT)
-            mailbox.controller.start()
-            stack.callback(mailbox.controller.stop)
-            yield _play(cluster, base, mailbox, stack)
+            mailbox = stack.enter_context(smtp_server())
+            webhook = stack.enter_context(webhook_server())
+            env = {**cluster.env, "TZ": "UTC"}
+            yield _play(cluster, Loop(base, base / "sing.toml", env, mailbox, webhook), stack)
             keep = request.session.testsfailed > failed_before
     finally:
         shutil.rmtree(base / "slurm" / "mysql", ignore_errors=True)
@@ -267,11 +256,10 @@ def _start_exporters(
     return services
 
 
-def _play(cluster: SlurmCluster, base: Path, mailbox: Mailbox, stack: contextlib.ExitStack) -> Loop:
+def _play(cluster: SlurmCluster, loop: Loop, stack: contextlib.ExitStack) -> Loop:
     """Nodes, collector, jobs, then policy rounds through each step of the ladder."""
-    config = base / "sing.toml"
-    config.write_text(CONFIG)
-    loop = Loop(base, config, {**cluster.env, "TZ": "UTC"}, mailbox)
+    base, config = loop.base, loop.config
+    config.write_text(CONFIG.format(smtp_port=loop.mailbox.port, webhook_url=loop.webhook.url))
     exporters = _start_exporters(cluster, loop, stack)
     write_targets(base, EXPORTER_PORTS)
     started = now()
@@ -377,14 +365,24 @@ def test_idle_job_is_notified_warned_then_cancelled_by_scancel(loop: Loop) -> No
 
 def test_emails_reach_the_user_with_the_scancel_command(loop: Loop) -> None:
     job_id = loop.ids["idle"]
-    received = loop.mailbox.to(user_email("idle"), job_id)
+    received = mails(loop, user_email("idle"), job_id)
     assert len(received) == 3, [m["Subject"] for m in received]  # notify, warn, cancelled
     notice, warning, _cancelled = received
     for message in (notice, warning):
         assert f"scancel {job_id}" in body(message), body(message)
         assert message["From"] == f"sing@{MAIL_DOMAIN}"
-    # The admins are copied on the warning (and the cancellation), not on a first notice.
-    assert len(loop.mailbox.to(ADMIN_EMAIL, job_id)) >= 1
+    # The admins are copied on the warning and the cancellation, not on a first notice.
+    assert [m["Subject"] for m in mails(loop, ADMIN_EMAIL, job_id)] == [
+        warning["Subject"], _cancelled["Subject"],
+    ]  # fmt: skip
+
+
+def test_chat_webhook_gets_each_step_once_with_the_scancel_command(loop: Loop) -> None:
+    job_id = loop.ids["idle"]
+    texts = posts(loop, job_id)
+    assert len(texts) == 3, texts  # notify, warn, cancelled
+    assert f"scancel {job_id}" in texts[1]
+    assert posts(loop, loop.ids["notebook"]) == posts(loop, loop.ids["busy"]) == []
 
 
 # ---- the jobs left alone -------------------------------------------------------------------
@@ -393,7 +391,7 @@ def test_emails_reach_the_user_with_the_scancel_command(loop: Loop) -> None:
 def test_exempt_job_is_never_messaged_and_still_runs(loop: Loop) -> None:
     assert loop.outcomes("notebook", "evaluation") == ["exempt"]
     assert loop.trail("notebook", "message") == loop.trail("notebook", "action") == []
-    assert loop.mailbox.to(user_email("notebook"), loop.ids["notebook"]) == []
+    assert mails(loop, user_email("notebook"), loop.ids["notebook"]) == []
     assert loop.states["notebook"] == "RUNNING"
 
 
@@ -407,7 +405,7 @@ def test_job_that_recovers_before_its_deadline_is_left_alone(loop: Loop) -> None
     (left,) = loop.trail("recover", "action")
     assert loop.recovered_at < left["ts"] < loop.deadline("recover")
     assert loop.states["recover"] == "RUNNING"
-    assert len(loop.mailbox.to(user_email("recover"), loop.ids["recover"])) == 2
+    assert len(mails(loop, user_email("recover"), loop.ids["recover"])) == 2
 
 
 def test_busy_job_is_never_judged_idle(loop: Loop) -> None:
@@ -429,7 +427,7 @@ def test_rounds_in_fresh_processes_neither_repeat_a_message_nor_move_a_deadline(
         assert len(sent) == len(set(sent)), sent
         warns = [e for e in loop.trail(key, "message") if e["outcome"] == "warn"]
         assert len({e["deadline"] for e in warns}) == 1, warns
-    kinds = [m["Subject"] for m in loop.mailbox.to(user_email("idle"), loop.ids["idle"])]
+    kinds = [m["Subject"] for m in mails(loop, user_email("idle"), loop.ids["idle"])]
     assert len(kinds) == len(set(kinds)), kinds
 
 
