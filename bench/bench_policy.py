@@ -3,7 +3,8 @@
 Target (issue 16): a round (every rule evaluated, every ladder's step decided and recorded, dry
 run) under 2 s, peak memory under 1 GB.
 
-The warehouse, made once and cached in /tmp/sing-bench-policy (a few minutes):
+The warehouse, made once and cached in /tmp/sing-bench-policy (30 min on the shared 2-core dev
+box under load; then a default run takes about 3 min, --quick under 1 min):
 - 365 days of history from warehouse.synthetic on a small cluster (2 nodes x 8 GPUs: jobs,
   samples, the closed days' rollups). A round opens only the `jobs` table, the sample days of
   its windows and the trail, so the history's size shows in the files the round must list,
@@ -12,8 +13,9 @@ The warehouse, made once and cached in /tmp/sing-bench-policy (a few minutes):
   notified, warned with a deadline still ahead, warned with one passed (cancel due).
 - RUNNING jobs on a large cluster (8-GPU nodes), started up to 4 h before "now", 1 to 16 GPUs
   (1 to 2 nodes), sampled every 30 s since they started: most busy, some idle, some with idle
-  GPUs or nodes, some that never touched a GPU. Written in hourly batches, as a collector's
-  rounds land before maintenance merges them.
+  GPUs, some barely using them, some that never touched a GPU (no RDMA samples: the
+  multi-node rule judges idle nodes only). Written in hourly batches, as a collector's rounds
+  land before maintenance merges them.
 
 Each round runs on a hard-linked copy of the cache (a round appends to the trail), in its own
 child process: "cold" is the first round of a fresh process (imports done, DuckDB and the page
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -61,7 +64,7 @@ HISTORY_NODES = 2
 GPUS_PER_NODE = 8
 SAMPLE_S = 30
 MAX_AGE_H = 4.0  # the oldest running job started this long before NOW
-WARM_RUNS = 4
+WARM_RUNS = 3
 TARGET_S, TARGET_MIB = 2.0, 1024
 SEED = 0
 
@@ -110,10 +113,11 @@ SIZES = {1: 0.45, 2: 0.2, 4: 0.15, 8: 0.12, 16: 0.08}  # GPUs per job -> share o
 
 def ensure_warehouse(scale: Scale) -> dict:
     """The cached warehouse; rebuilt when missing, half-written, or made by another version of
-    this file or the generator (the marker records their hash)."""
+    the code that makes it (the marker records a hash of the generator and the builders)."""
     marker = scale.cache / ".bench-complete"
-    sources = Path(__file__).read_bytes() + Path(synthetic.__file__).read_bytes()
-    version = hashlib.sha256(sources).hexdigest()[:12]
+    builders = (running_jobs, write_samples, trail)
+    sources = Path(synthetic.__file__).read_text() + "".join(map(inspect.getsource, builders))
+    version = hashlib.sha256(sources.encode()).hexdigest()[:12]
     if marker.exists():
         made = json.loads(marker.read_text())
         if made.get("version") == version:
