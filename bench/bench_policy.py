@@ -261,31 +261,39 @@ class NoChannels:
         return []
 
 
-def one_round(cache: Path) -> tuple[float, dict[str, int]]:
-    """One `Engine.run` on a fresh hard-linked copy of the cache: seconds, actions taken."""
+def one_round(cache: Path) -> tuple[float, float, dict[str, int]]:
+    """One `Engine.run` on a fresh hard-linked copy of the cache: wall and CPU seconds (all
+    threads; on a shared machine the wall time also holds others' work), the steps taken."""
     with tempfile.TemporaryDirectory(prefix="sing-bench-policy-") as tmp:
         copy = Path(tmp) / "wh"
         shutil.copytree(cache, copy, copy_function=os.link)
         wh = Warehouse(copy)
         executor = RunningJobs(wh)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         engine = Engine(SETTINGS, wh, executor, NoChannels(), "bench")
         result = engine.run(NOW)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     actions: dict[str, int] = {}
     for d in result.decisions:
         actions[d.action] = actions.get(d.action, 0) + 1
-    return elapsed, actions | {"events": len(result.events), "decisions": len(result.decisions)}
+    return (
+        elapsed,
+        cpu,
+        actions | {"events": len(result.events), "decisions": len(result.decisions)},
+    )
 
 
 def measure(cache: Path) -> dict:
     """In a child process: one cold round, then WARM_RUNS warm ones."""
-    times, actions = [], {}
-    for _ in range(1 + WARM_RUNS):
-        elapsed, actions = one_round(cache)
-        times.append(elapsed)
-    return {"cold_s": times[0], "warm_s": statistics.median(times[1:]), "rss_mib": peak_rss_mib(),
-            "actions": actions}  # fmt: skip
+    rounds = [one_round(cache) for _ in range(1 + WARM_RUNS)]
+    return {
+        "cold_s": rounds[0][0],
+        "warm_s": statistics.median(r[0] for r in rounds[1:]),
+        "cold_cpu_s": rounds[0][1],
+        "warm_cpu_s": statistics.median(r[1] for r in rounds[1:]),
+        "rss_mib": peak_rss_mib(),
+        "actions": rounds[-1][2],
+    }
 
 
 def peak_rss_mib() -> float:
@@ -310,15 +318,20 @@ def main() -> int:
     r = json.loads(child.stdout)
     print(f"rules: {', '.join(SETTINGS.rules)}; dry run; now = {NOW:%Y-%m-%d %H:%M} UTC")
     print(f"one round decided: {r['actions']}\n")
-    print(f"{'measure':<28} {'figure':>10} {'target':>10}  verdict")
+    print(f"{'measure':<32} {'figure':>10} {'target':>10}  verdict")
     rows = [
         ("round, cold (s)", r["cold_s"], TARGET_S),
+        ("  its CPU time, all threads (s)", r["cold_cpu_s"], None),
         (f"round, warm (s, median of {WARM_RUNS})", r["warm_s"], TARGET_S),
+        ("  its CPU time, all threads (s)", r["warm_cpu_s"], None),
         ("peak RSS (MiB)", r["rss_mib"], TARGET_MIB),
     ]
     for name, figure, target in rows:
+        if target is None:  # CPU time: what the round costs whatever else the machine runs
+            print(f"{name:<32} {figure:10.2f} {'':>10}")
+            continue
         verdict = "ok" if figure < target else "MISSED"
-        print(f"{name:<28} {figure:10.2f} {target:10.0f}  {verdict} ({figure / target:.0%})")
+        print(f"{name:<32} {figure:10.2f} {target:10.0f}  {verdict} ({figure / target:.0%})")
     return 0
 
 
