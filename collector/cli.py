@@ -15,7 +15,6 @@ from collector.pull import PrometheusPull
 from collector.service import Collector, run_forever
 from collector.settings import CollectorSettings
 from collector.targets import FileSD, Target, slurm_targets, target_from
-from policy.cli import policy_job
 from sing.config import Config
 from sing.errors import UserError
 from warehouse.store import Warehouse
@@ -108,5 +107,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
+    from policy.cli import policy_job  # the policy engine loads only for a long-running collector
+
     run_forever(collector, round_job, policy_job(config, warehouse))
     return 0

@@ -15,9 +15,10 @@ from typing import Any
 import duckdb
 
 from executors.base import Executor
+from executors.records import JobRecord
 from executors.slurm import SlurmExecutor
 from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
-from policy.evaluate import evaluate, open_round
+from policy.evaluate import Evaluator, open_round
 from policy.ladder import (
     CANCEL,
     CHANGED,
@@ -90,8 +91,9 @@ class Engine:
             ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
             decisions = []
             running: set[tuple[str, str, str]] = set()
+            evaluator = Evaluator(con, now, self.settings.max_data_age_s)
             for rule in self.rules:
-                for verdict in evaluate(con, rule, now, self.settings.max_data_age_s):
+                for verdict in evaluator.verdicts(rule):
                     running.add(verdict.key)
                     decisions.append(ladder.decide(verdict))
             decisions += self._gone(con, ladder, running)
@@ -103,7 +105,8 @@ class Engine:
         """One round: decide, then send, cancel and record every outcome in one commit."""
         now = now or datetime.now(UTC)
         decisions = self.decide(now)
-        events = [e for d in decisions for e in self._act(d, now)]
+        live = self._live() if any(d.action == CANCEL for d in decisions) else None
+        events = [e for d in decisions for e in self._act(d, now, live)]
         record(self.warehouse, events)
         return Round(decisions, events)
 
@@ -119,17 +122,26 @@ class Engine:
             and key[2] in rules
             and dry == (not rules[key[2]].acts(self.settings))
         ]
+        ids = sorted({key[1] for key, _ in open_keys})
+        found = con.sql("FROM jobs WHERE list_contains($ids, job_id)", params={"ids": ids})
+        jobs = {(j["cluster"], j["job_id"]): j for j in found.to_arrow_table().to_pylist()}
         out = []
         for key, dry in open_keys:
-            found = con.sql("FROM jobs WHERE cluster = $1 AND job_id = $2", params=list(key[:2]))
-            row = found.to_arrow_table().to_pylist()
-            job = row[0] if row else {"cluster": key[0], "job_id": key[1]}
+            job = jobs.get(key[:2], {"cluster": key[0], "job_id": key[1]})
             out.append(ladder.decide_gone(key, dry, rules[key[2]], job))
         return out
 
     # ---- acting --------------------------------------------------------------------------
 
-    def _act(self, d: Decision, now: datetime) -> list[Event]:
+    def _live(self) -> dict[str, JobRecord] | None:
+        """The jobs the executor runs now, by id; None when it cannot say (cancels wait)."""
+        try:
+            return {r.job_id: r for r in self.executor.running()}
+        except Exception as err:  # noqa: BLE001 - squeue down: no cancel this round
+            log.warning("the executor cannot list its running jobs: %s; cancels wait", err)
+            return None
+
+    def _act(self, d: Decision, now: datetime, live: dict[str, JobRecord] | None) -> list[Event]:
         events = []
         if d.evaluation:
             events.append(self._event(d, now, EVALUATION, d.evaluation, detail=d.evidence))
@@ -142,13 +154,15 @@ class Engine:
             )
         elif d.action == LEFT_ALONE:
             events.append(self._event(d, now, ACTION, LEFT_ALONE, detail={"why": d.verdict}))
-        elif d.action == CANCEL:
-            events += self._cancel(d, now)
+        elif d.action == CANCEL and live is not None:
+            events += self._cancel(d, now, live)
         return events
 
-    def _cancel(self, d: Decision, now: datetime) -> list[Event]:
-        """Cancel if the executor still runs the same job; otherwise leave it alone."""
-        live = {r.job_id: r for r in self.executor.running()}
+    def _cancel(self, d: Decision, now: datetime, live: dict[str, JobRecord]) -> list[Event]:
+        """Cancel if the executor still runs the same job; otherwise leave it alone. Jobs of
+        another cluster wait for that cluster's own service."""
+        if d.job["cluster"] != self.executor.cluster:
+            return []
         job = live.get(d.job["job_id"])
         if job is None or not same_start(job.start_time, d.start_time):
             why = ENDED if job is None else CHANGED

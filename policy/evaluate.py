@@ -32,7 +32,7 @@ VIOLATING, OK, EXEMPT, STALE = "violating", "ok", "exempt", "stale"
 # Jobs holding resources now: the newest record of each job has no end.
 RUNNING_SQL = """
 SELECT job_id, cluster, "user", account, partition, name, qos, start_time, num_nodes,
-       num_gpus, time_limit_s, interactive, nodes
+       num_gpus, time_limit_s, interactive
 FROM jobs
 WHERE end_time IS NULL AND start_time IS NOT NULL AND start_time <= $now
 """
@@ -45,13 +45,14 @@ def _per_gpu_sql(since_start: bool) -> str:
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
                sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
                sum(samples) AS samples, max(last_ts) AS newest
-        FROM job_gpu_usage GROUP BY ALL"""
+        FROM job_gpu_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
                avg(util) AS mean_util, max(util) AS max_util, count(*) AS samples,
                max(ts) AS newest
         FROM gpu_samples
-        WHERE ts > $window_from AND ts <= $now AND job_id IS NOT NULL GROUP BY ALL"""
+        WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
+        GROUP BY ALL"""
 
 
 def _rdma_sql(since_start: bool) -> str:
@@ -62,23 +63,23 @@ def _rdma_sql(since_start: bool) -> str:
                CASE WHEN sum(tx_unknown_samples + rx_unknown_samples) = 0
                     THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0)
                END::DOUBLE AS bytes
-        FROM job_rdma_usage GROUP BY ALL"""
+        FROM job_rdma_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN count(*) = count(tx_delta_bytes) AND count(*) = count(rx_delta_bytes)
                     THEN sum(tx_delta_bytes) + sum(rx_delta_bytes) END::DOUBLE AS bytes
         FROM rdma_samples
-        WHERE ts > $window_from AND ts <= $now AND job_id IS NOT NULL GROUP BY ALL"""
+        WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
+        GROUP BY ALL"""
 
 
-def figures_sql(since_start: bool) -> str:
-    """One row per running job: its record and its figures over the span."""
+def figures_sql(gpu: str, rdma: str) -> str:
+    """One row per running job: its record and its figures over a span, from the span's
+    per-GPU table `gpu` and per-job RDMA table `rdma`."""
     return f"""
-WITH running AS ({RUNNING_SQL}),
-gpu AS ({_per_gpu_sql(since_start)}),
-per_node AS (
+WITH per_node AS (
     SELECT cluster, job_id, node, bool_and(mean_util < $threshold) AS idle
-    FROM gpu GROUP BY ALL
+    FROM {gpu} GROUP BY ALL
 ),
 per_job AS (
     SELECT cluster, job_id, count(*) AS gpus_sampled,
@@ -86,20 +87,19 @@ per_job AS (
            count(*) FILTER (WHERE max_util < {IDLE_SAMPLE_UTIL}) AS gpus_never_used,
            sum(mean_util * samples) / nullif(sum(samples), 0) AS mean_util,
            max(newest) AS newest_sample
-    FROM gpu GROUP BY ALL
+    FROM {gpu} GROUP BY ALL
 ),
 nodes AS (
     SELECT cluster, job_id, count(*) AS nodes_sampled, count(*) FILTER (WHERE idle) AS idle_nodes
     FROM per_node GROUP BY ALL
-),
-rdma AS ({_rdma_sql(since_start)})
+)
 SELECT r.*, epoch($now - r.start_time) AS run_s,
        p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.newest_sample,
        n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes
 FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id
 LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id
-LEFT JOIN rdma d ON d.cluster = r.cluster AND d.job_id = r.job_id
+LEFT JOIN {rdma} d ON d.cluster = r.cluster AND d.job_id = r.job_id
 ORDER BY {numeric_job_order("r.job_id")}, r.cluster
 """
 
@@ -148,25 +148,44 @@ def open_round(
     )
 
 
-def evaluate(
-    con: duckdb.DuckDBPyConnection, rule: Rule, now: datetime, max_data_age_s: float
-) -> list[Verdict]:
-    """The rule's verdict on each running job it applies to."""
-    since_start = rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
-    params = {"now": now, "threshold": rule.threshold}
-    if not since_start:
-        params["window_from"] = rule.window_start(now)
-    rows = con.sql(figures_sql(since_start), params=params).to_arrow_table().to_pylist()
-    span_h = None if since_start else rule.minutes / 60
-    verdicts = []
-    for job in rows:
-        if not _applies(rule, job):
-            continue
-        evidence = _evidence(job, span_h)
-        verdicts.append(
-            Verdict(rule, job, _outcome(rule, job, evidence, now, max_data_age_s), evidence)
-        )
-    return verdicts
+class Evaluator:
+    """Rules' verdicts over one round's connection. The running jobs, and each distinct span's
+    per-GPU and RDMA figures, are computed once and shared by the rules that read them."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, now: datetime, max_data_age_s: float):
+        self.con = con
+        self.now = now
+        self.max_data_age_s = max_data_age_s
+        self._spans: dict[datetime | None, tuple[str, str]] = {}
+        con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
+
+    def verdicts(self, rule: Rule) -> list[Verdict]:
+        """The rule's verdict on each running job it applies to."""
+        since_start = rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
+        gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
+        params = {"now": self.now, "threshold": rule.threshold}
+        rows = self.con.sql(figures_sql(gpu, rdma), params=params).to_arrow_table().to_pylist()
+        span_h = None if since_start else rule.minutes / 60
+        verdicts = []
+        for job in rows:
+            if not _applies(rule, job):
+                continue
+            evidence = _evidence(job, span_h)
+            outcome = _outcome(rule, job, evidence, self.now, self.max_data_age_s)
+            verdicts.append(Verdict(rule, job, outcome, evidence))
+        return verdicts
+
+    def _span(self, window_from: datetime | None) -> tuple[str, str]:
+        """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each
+        job's start) to now."""
+        if window_from not in self._spans:
+            gpu, rdma = f"gpu_{len(self._spans)}", f"rdma_{len(self._spans)}"
+            since_start = window_from is None
+            params = {} if since_start else {"now": self.now, "window_from": window_from}
+            self.con.execute(f"CREATE TEMP TABLE {gpu} AS {_per_gpu_sql(since_start)}", params)
+            self.con.execute(f"CREATE TEMP TABLE {rdma} AS {_rdma_sql(since_start)}", params)
+            self._spans[window_from] = (gpu, rdma)
+        return self._spans[window_from]
 
 
 def _applies(rule: Rule, job: dict[str, Any]) -> bool:

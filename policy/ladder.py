@@ -14,7 +14,6 @@ the warning actually goes out, so it never ends less than the grace after it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from typing import Any
@@ -105,19 +104,20 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
     """Every ladder's episode, per (key, dry run), from the trail (oldest event first)."""
     rows = con.execute(
         """
-        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel, detail
+        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel,
+               (detail ->> 'start_time')::TIMESTAMPTZ, detail ->> 'kind', detail ->> 'reason'
         FROM policy_events WHERE job_id IS NOT NULL AND rule IS NOT NULL
         -- one round's events share their time: verdicts, then actions, then messages
         ORDER BY ts, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END
         """
     ).fetchall()
     episodes: dict[tuple[Key, bool], Episode] = {}
-    for cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, channel, detail in rows:
+    for row in rows:
+        cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, channel = row[:10]
+        start_time, held_kind, held_reason = row[10:]
         key = ((cluster, job_id, rule), bool(dry))
         ep = episodes.setdefault(key, Episode())
-        extra = json.loads(detail or "{}")
-        if ep.start_time is None and extra.get("start_time"):
-            ep.start_time = datetime.fromisoformat(extra["start_time"])
+        ep.start_time = ep.start_time or start_time
         if event == EVALUATION:
             ep.last_evaluation = outcome
         elif event == ACTION and outcome == LEFT_ALONE:
@@ -125,7 +125,7 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
         elif event == ACTION and outcome == CANCEL and ok:
             ep.cancelled = True
         elif event == MESSAGE and outcome == HELD:
-            ep.held = (extra.get("kind"), extra.get("reason"))
+            ep.held = (held_kind, held_reason)
         elif event == MESSAGE and (ok or channel is None) and outcome not in ep.sent:
             ep.sent[outcome] = ts
             ep.held = None
@@ -187,9 +187,11 @@ class Ladder:
             return Decision(**base, verdict=CHANGED, evaluation=CHANGED, action=LEFT_ALONE)
         outcome = verdict.outcome
         if outcome == OK:
+            # an open ladder ends here, even when the data went stale on the way back
+            if ep.active:
+                return Decision(**base, verdict=OK, evaluation=RECOVERED, action=LEFT_ALONE)
             if ep.last_evaluation == VIOLATING:
-                action = LEFT_ALONE if ep.active else WAIT
-                return Decision(**base, verdict=OK, evaluation=RECOVERED, action=action)
+                return Decision(**base, verdict=OK, evaluation=RECOVERED)
             return Decision(**base, verdict=OK)
         evaluation = outcome if ep.last_evaluation != outcome else None
         if outcome == EXEMPT:
@@ -254,8 +256,11 @@ class Ladder:
             return replace(d, action=HELD if ep.held != hold else WAIT, hold=hold)
         if kind != CANCELLED:
             self.last_sent[(d.job["user"], d.rule.name, d.dry_run)] = (self.now, d.job["job_id"])
-        deadline = self.now + timedelta(minutes=d.rule.grace_minutes) if kind == WARN else None
-        return replace(d, action=kind, deadline=deadline or d.deadline)
+        if kind == WARN and "cancel" in d.rule.actions:  # a warning without a cancel sets none
+            return replace(
+                d, action=kind, deadline=self.now + timedelta(minutes=d.rule.grace_minutes)
+            )
+        return replace(d, action=kind)
 
 
 def same_start(a: datetime | None, b: datetime | None) -> bool:

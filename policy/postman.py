@@ -104,7 +104,7 @@ class SitePostman:
             return []
         try:
             rendered = self.templates.render(message)
-        except (jinja2.TemplateError, OSError) as err:
+        except Exception as err:  # a template is data: whatever it gets wrong fails delivery
             error = f"template {message.kind}: {type(err).__name__}: {err}"
             return [Delivery(channel, to, False, error) for channel, to in targets]
         out = self.email(addresses, rendered) if addresses else []

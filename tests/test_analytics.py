@@ -74,6 +74,7 @@ def add_job(
     partition: str = "gpu",
     state: str | None = None,
     cluster: str = "test",
+    account: str | None = None,
 ) -> None:
     """A job record and the GPUs it held (GPUs 0..gpus_per_node-1 of each node)."""
     wh.append(
@@ -84,7 +85,7 @@ def add_job(
                     "job_id": job_id,
                     "cluster": cluster,
                     "user": user,
-                    "account": f"{user}-lab",
+                    "account": account or f"{user}-lab",
                     "partition": partition,
                     "name": f"job-{job_id}",
                     "submit_time": submit or start,

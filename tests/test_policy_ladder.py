@@ -25,6 +25,14 @@ RULE = {
 }
 IDLE = {("n1", 0): 0.0, ("n1", 1): 0.0}
 BUSY = {("n1", 0): 0.8, ("n1", 1): 0.7}
+# The trail of a ladder climbed to the top.
+FULL_LADDER = [
+    ("evaluation", "violating"),
+    ("message", "notify"),
+    ("message", "warn"),
+    ("action", "cancel"),
+    ("message", "cancelled"),
+]
 
 
 @dataclasses.dataclass
@@ -46,6 +54,12 @@ class World:
                 return job_id, record.start_time
             time.sleep(0.05)
         raise AssertionError(f"job {job_id} did not start")
+
+    def idle_job(self) -> tuple[str, datetime]:
+        """A real job whose GPUs idle from its start for five hours; (id, two hours in)."""
+        job_id, start = self.start_job()
+        add_samples(self.wh, job_id, start, start + timedelta(hours=5), IDLE)
+        return job_id, start + timedelta(hours=2)
 
     def state(self, job_id: str, timeout: float = 15) -> str:
         """The job's state once settled (a cancel takes its process a moment)."""
@@ -102,19 +116,11 @@ def test_idle_job_is_notified_warned_then_cancelled_after_its_deadline(world):
     assert warn.context["cancel_command"] == f"sing jobs cancel {job_id}"
     assert warn.context["job"]["num_gpus"] == 2 and warn.context["job"]["mean_util"] == 0.0
     assert warn.context["dry_run"] is False
-    assert world.trail(job_id) == [
-        ("evaluation", "violating"),
-        ("message", "notify"),
-        ("message", "warn"),
-        ("action", "cancel"),
-        ("message", "cancelled"),
-    ]
+    assert world.trail(job_id) == FULL_LADDER
 
 
 def test_dry_run_records_what_would_happen_and_does_nothing(world):
-    job_id, start = world.start_job()
-    t0 = start + timedelta(hours=2)
-    add_samples(world.wh, job_id, start, t0 + timedelta(hours=3), IDLE)
+    job_id, t0 = world.idle_job()
     # the section acts, the rule does not (and the other way round): both are dry runs
     for policy_settings in (
         settings({"idle": RULE}, dry_run=False),
@@ -130,19 +136,11 @@ def test_dry_run_records_what_would_happen_and_does_nothing(world):
     con.close()
     assert trail["dry_run"].all()
     # one dry ladder, shared by both dry configurations: nothing repeated
-    assert [(r["event"], r["outcome"]) for r in trail.to_dicts()] == [
-        ("evaluation", "violating"),
-        ("message", "notify"),
-        ("message", "warn"),
-        ("action", "cancel"),
-        ("message", "cancelled"),
-    ]
+    assert [(r["event"], r["outcome"]) for r in trail.to_dicts()] == FULL_LADDER
 
 
 def test_restart_mid_ladder_repeats_nothing_and_keeps_the_deadline(world):
-    job_id, start = world.start_job()
-    t0 = start + timedelta(hours=2)
-    add_samples(world.wh, job_id, start, t0 + timedelta(hours=3), IDLE)
+    job_id, t0 = world.idle_job()
     first = engine(world.wh, real(), world.executor, world.postman)
     first.run(t0)
     first.run(t0 + timedelta(minutes=31))  # warned: deadline t0 + 91 min
@@ -211,9 +209,7 @@ def test_a_job_that_ended_or_was_requeued_is_left_alone(world):
 
 
 def test_the_executor_has_the_last_word_before_a_cancel(world):
-    job_id, start = world.start_job()
-    t0 = start + timedelta(hours=2)
-    add_samples(world.wh, job_id, start, t0 + timedelta(hours=3), IDLE)
+    job_id, t0 = world.idle_job()
     policy = engine(world.wh, real(), world.executor, world.postman)
     policy.run(t0)
     policy.run(t0 + timedelta(minutes=31))
@@ -263,7 +259,7 @@ def test_quiet_hours_hold_messages_and_the_deadline_counts_from_the_send(world):
     start = night - timedelta(hours=2)
     add_job(world.wh, "1", start)
     add_samples(world.wh, "1", start, night + timedelta(hours=12), IDLE)
-    rule = {"idle": {**RULE, "actions": ["warn"], "dry_run": False}}
+    rule = {"idle": {**RULE, "actions": ["warn", "cancel"], "dry_run": False}}
     quiet = settings(rule, dry_run=False, quiet_hours="22:00-07:00", timezone="UTC")
     policy = engine(world.wh, quiet, world.executor, world.postman)
     (held,) = policy.run(night).decisions

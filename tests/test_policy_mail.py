@@ -4,12 +4,14 @@ what arrived: recipients, subject, the efficiency table's figures, the exact can
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from policy.engine import FIGURES, JOB_FIELDS
 from policy.messages import CANCELLED, JOB_END, NOTIFY, WARN, Delivery, Message
 from policy.postman import make_postman
 from sing.config import Config
@@ -47,11 +49,11 @@ def message(kind: str = WARN, user: str = "alice", dry_run: bool = False, **job_
         "rule": {
             "name": "idle-gpus",
             "kind": "idle_gpus",
-            "description": "has kept all 8 GPUs under 5 % for 60 minutes",
+            "description": "GPUs under 5% utilisation for 60 minutes",
             "threshold": 0.05,
             "minutes": 60,
         },
-        "evidence": {"mean_util": 0.031},
+        "evidence": {"mean_util": 0.031, "idle_gpus": 6, "gpus_sampled": 8},
         "deadline": DEADLINE,
         "cancel_command": "scancel 4242",
         "dry_run": dry_run,
@@ -93,10 +95,12 @@ def test_a_warning_reaches_the_user_and_the_admins_with_the_figures_and_the_comm
         "  GPUs                  8",
         "  Mean GPU utilisation  3%",
         "  Idle share            90%",
+        "  Idle GPUs             6 of 8",
         "  RDMA per node-hour    1.50 GB",
         "  Run time              2.50 h",
         "    scancel 4242",
-        "it will be cancelled at 2026-01-05 12:30 CET",
+        "it will be cancelled at 2026-01-05 12:30 CET.",
+        '"idle-gpus": GPUs under 5% utilisation for 60 minutes.',
     ]:
         assert line in text.splitlines() or line in text
     assert "<b>train</b>" in text  # plain text is not escaped
@@ -104,6 +108,17 @@ def test_a_warning_reaches_the_user_and_the_admins_with_the_figures_and_the_comm
     html = got.get_body(("html",)).get_content()
     assert "&lt;b&gt;train&lt;/b&gt;" in html and "<b>train</b>" not in html  # escaped
     assert "<td>90%</td>" in html and "<pre>scancel 4242</pre>" in html
+
+
+@pytest.mark.parametrize("kind", [NOTIFY, WARN, CANCELLED])
+def test_the_built_in_templates_render_what_the_engine_passes(tmp_path, kind):
+    """The engine's job dict has no idle share: the table leaves that row out."""
+    sent = message(kind)
+    engine_job = {k: sent.context["job"].get(k) for k in (*JOB_FIELDS, *FIGURES)}
+    sent = replace(sent, context={**sent.context, "job": engine_job})
+    rendered = make_postman(config(tmp_path)).templates.render(sent)
+    assert "scancel 4242" in rendered.text and "Idle GPUs             6 of 8" in rendered.text
+    assert "Idle share" not in rendered.text and "<td>3%</td>" in rendered.html
 
 
 def test_a_notice_goes_to_the_user_only_and_a_dry_run_says_so(tmp_path):

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from policy.evaluate import EXEMPT, OK, STALE, VIOLATING, evaluate, open_round
+from policy.evaluate import EXEMPT, OK, STALE, VIOLATING, Evaluator, open_round
 from policy.rules import load_rules
 from sing.config import ConfigError
 from tests.policy_world import NOW, add_job, add_samples, settings
@@ -26,7 +26,8 @@ def verdicts(wh: Warehouse, rule: dict, now=NOW, max_age_s: float = 600) -> dict
     (loaded,) = load_rules(settings({"r": rule}))
     con = open_round(wh, [loaded], now, now.date())
     try:
-        return {v.job["job_id"]: v.outcome for v in evaluate(con, loaded, now, max_age_s)}
+        judged = Evaluator(con, now, max_age_s).verdicts(loaded)
+        return {v.job["job_id"]: v.outcome for v in judged}
     finally:
         con.close()
 
@@ -146,7 +147,8 @@ def test_ended_jobs_and_other_clusters_jobs_are_apart(wh):
     add_samples(wh, "2", START, NOW, {("m1", 0): 0.9, ("m1", 1): 0.9}, cluster="other")
     (loaded,) = load_rules(settings({"r": {"kind": "idle_gpus"}}))
     con = open_round(wh, [loaded], NOW, NOW.date())
-    got = {(v.job["cluster"], v.job["job_id"]): v.outcome for v in evaluate(con, loaded, NOW, 600)}
+    judged = Evaluator(con, NOW, 600).verdicts(loaded)
+    got = {(v.job["cluster"], v.job["job_id"]): v.outcome for v in judged}
     assert got == {("campus", "2"): VIOLATING, ("other", "2"): OK}
 
 
@@ -175,3 +177,24 @@ def test_disabled_rules_are_not_loaded():
         settings({"a": {"kind": "idle_gpus"}, "b": {"kind": "idle_gpus", "enabled": False}})
     )
     assert [r.name for r in rules] == ["a"]
+
+
+def test_a_round_opens_only_the_days_it_reads(wh):
+    old = NOW - timedelta(days=30)
+    job(wh, "1", [0.0, 0.0], start=old, end=old + timedelta(hours=1))
+    job(wh, "2", [0.0, 0.0])
+    wh.compact(now=NOW + timedelta(days=1))  # the old day is rolled up and stored
+    con = wh.connect({"jobs": None, "gpu_samples": NOW.date()})
+    try:
+        views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        assert {"jobs", "gpu_samples", "job_gpu_usage", "gpu_hourly"} <= views
+        assert not {"rdma_samples", "policy_events", "nodes"} & views
+        for view in ("gpu_samples", "job_gpu_usage"):
+            (ids,) = con.execute(f"SELECT list(DISTINCT job_id) FROM {view}").fetchone()
+            assert ids == ["2"], view
+    finally:
+        con.close()
+    (everything,) = (
+        wh.connect().execute("SELECT count(DISTINCT job_id) FROM job_gpu_usage").fetchone()
+    )
+    assert everything == 2
