@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,17 +39,16 @@ from tests.real_path.site import (
     SING,
     Submitter,
     Use,
-    description,
-    mapping_files,
     script_state,
+    scripted_use,
+    slurm_site,
     start_collector,
-    start_exporter,
+    start_exporters,
     up_scrapes,
-    wait_exporters,
     write_targets,
 )
 from tests.real_path.slurm import Allocation, gpu_allocation, job_states
-from tests.slurm_harness import TEST_USER, TEST_USER2, SlurmCluster, scratch
+from tests.slurm_harness import TEST_USER, TEST_USER2, SlurmCluster
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -123,10 +120,7 @@ BY_KEY = {spec.key: spec for spec in JOBS}
 
 
 def use_of(node: str, gpu: int) -> Use:
-    for spec in JOBS:
-        if gpu in spec.placement.get(node, []):
-            return spec.use
-    return IDLE
+    return scripted_use(JOBS, node, gpu)
 
 
 def profile(spec: JobSpec) -> str:
@@ -223,37 +217,17 @@ def loop(request: pytest.FixtureRequest) -> Iterator[Loop]:
     The scratch directory (logs of every process, the warehouse) is kept when a test of the
     module failed, its path given in a warning; MariaDB's files are removed either way.
     """
-    base = scratch("sing-policy-")
-    cluster = SlurmCluster(base / "slurm", gpu_job_mapping=True, first_job_id=FIRST_JOB_ID)
-    failed_before, keep = request.session.testsfailed, True
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.callback(cluster.down)
-            cluster.up()
-            mailbox = stack.enter_context(smtp_server())
-            webhook = stack.enter_context(webhook_server())
-            env = {**cluster.env, "TZ": "UTC"}
-            yield _play(cluster, Loop(base, base / "sing.toml", env, mailbox, webhook), stack)
-            keep = request.session.testsfailed > failed_before
-    finally:
-        shutil.rmtree(base / "slurm" / "mysql", ignore_errors=True)
-        if keep:
-            warnings.warn(f"policy loop: logs and warehouse kept in {base}", stacklevel=1)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+    with slurm_site(request, "sing-policy-", "policy loop", FIRST_JOB_ID) as (cluster, base, stack):
+        mailbox = stack.enter_context(smtp_server())
+        webhook = stack.enter_context(webhook_server())
+        env = {**cluster.env, "TZ": "UTC"}
+        yield _play(cluster, Loop(base, base / "sing.toml", env, mailbox, webhook), stack)
 
 
 def _start_exporters(
     cluster: SlurmCluster, loop: Loop, stack: contextlib.ExitStack
 ) -> list[Service]:
-    services = []
-    for node, port in EXPORTER_PORTS.items():
-        nvml = description(lambda gpu, node=node: use_of(node, gpu))
-        service = start_exporter(cluster, loop.base, node, port, loop.env, nvml)
-        stack.callback(service.stop)
-        services.append(service)
-    wait_exporters(EXPORTER_PORTS, services)
-    return services
+    return start_exporters(cluster, loop.base, loop.env, EXPORTER_PORTS, use_of, stack)
 
 
 def _play(cluster: SlurmCluster, loop: Loop, stack: contextlib.ExitStack) -> Loop:
@@ -329,16 +303,7 @@ def _submit(cluster: SlurmCluster, loop: Loop, services: list[Service]) -> None:
     """Each job as its user; each runs (prolog done) before the next, so first fit places it."""
     submitter = Submitter(cluster, loop.config, loop.base, loop.env)
     for spec in JOBS:
-        job_id = submitter.submit(spec.user, spec.key, profile(spec))
-        loop.ids[spec.key] = job_id
-        wait_for(
-            lambda job_id=job_id: (
-                job_states(loop.env).get(job_id) == "RUNNING" and job_id in mapping_files(cluster)
-            ),
-            f"job {spec.key} ({job_id}) to run with its GPUs mapped by the prolog",
-            60,
-            services,
-        )
+        loop.ids[spec.key] = submitter.submit(spec.user, spec.key, profile(spec), 1, services)
     loop.allocation = {key: gpu_allocation(job_id, loop.env) for key, job_id in loop.ids.items()}
     assert loop.allocation == {s.key: s.placement for s in JOBS}, (
         "Slurm placed the jobs other than the script assumes (a premise of this test, not a "

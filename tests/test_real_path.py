@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -62,17 +60,17 @@ from tests.real_path.site import (
     SING,
     Submitter,
     Use,
-    description,
     mapping_files,
     script_state,
+    scripted_use,
+    slurm_site,
     start_collector,
-    start_exporter,
+    start_exporters,
     up_scrapes,
-    wait_exporters,
     write_targets,
 )
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
-from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster, scratch
+from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
@@ -149,11 +147,7 @@ PORTS = {
 
 
 def use_of(node: str, gpu: int) -> Use:
-    """The scripted use of one GPU: its job's, or idle when no job is placed on it."""
-    for spec in JOBS:
-        if gpu in spec.placement.get(node, []):
-            return spec.use
-    return IDLE
+    return scripted_use(JOBS, node, gpu)
 
 
 def all_gpus_util() -> float:
@@ -226,21 +220,8 @@ def real(request: pytest.FixtureRequest) -> Iterator[RealRun]:
     The scratch directory (logs of every process, the warehouse) is kept when a test of the
     module failed, its path given in a warning; MariaDB's files are removed either way.
     """
-    base = scratch("sing-realpath-")
-    cluster = SlurmCluster(base / "slurm", gpu_job_mapping=True, first_job_id=8)
-    failed_before, keep = request.session.testsfailed, True
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.callback(cluster.down)
-            cluster.up()
-            yield _play(cluster, base, stack)
-            keep = request.session.testsfailed > failed_before
-    finally:
-        shutil.rmtree(base / "slurm" / "mysql", ignore_errors=True)
-        if keep:
-            warnings.warn(f"real path: logs and warehouse kept in {base}", stacklevel=1)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+    with slurm_site(request, "sing-realpath-", "real path", first_job_id=8) as site:
+        yield _play(*site)
 
 
 def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> RealRun:
@@ -303,15 +284,8 @@ def _start_nodes(
     cluster: SlurmCluster, real: RealRun, stack: contextlib.ExitStack
 ) -> list[Service]:
     """One exporter per node over its InfiniBand tree and its scripted GPUs."""
-    services = []
-    for node, port in EXPORTER_PORTS.items():
-        real.trees.append(IbTree(real.base / "sys" / node, [PORTS[node]]))
-        nvml = description(lambda gpu, node=node: use_of(node, gpu))
-        service = start_exporter(cluster, real.base, node, port, real.env, nvml)
-        stack.callback(service.stop)
-        services.append(service)
-    wait_exporters(EXPORTER_PORTS, services)
-    return services
+    real.trees += [IbTree(real.base / "sys" / node, [PORTS[node]]) for node in EXPORTER_PORTS]
+    return start_exporters(cluster, real.base, real.env, EXPORTER_PORTS, use_of, stack)
 
 
 def reload_driver(real: RealRun, node: str) -> None:
@@ -326,16 +300,8 @@ def _submit_one_by_one(cluster: SlurmCluster, real: RealRun, services: list[Serv
     """`sing submit PROFILE` for each job's user; each job runs (prolog done) before the next."""
     submitter = Submitter(cluster, real.config, real.base, real.env)
     for spec in JOBS:
-        job_id = submitter.submit(spec.user, spec.key, profile(spec))
-        real.ids[spec.key] = job_id
-        wait_for(
-            lambda job_id=job_id, spec=spec: (
-                job_states(real.env).get(job_id) == "RUNNING"
-                and len(mapping_files(cluster).get(job_id, {})) == spec.nodes
-            ),
-            f"job {spec.key} ({job_id}) to run with its GPUs mapped by the prolog",
-            60,
-            services,
+        real.ids[spec.key] = submitter.submit(
+            spec.user, spec.key, profile(spec), spec.nodes, services
         )
     real.prolog = {key: mapping_files(cluster)[job_id] for key, job_id in real.ids.items()}
     real.allocation = {key: gpu_allocation(job_id, real.env) for key, job_id in real.ids.items()}

@@ -8,19 +8,24 @@ The fake NVML's description is fixed per node when its exporter starts; the shar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import urllib.request
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import pytest
 
 from tests.real_path.processes import Service, run, wait_for
-from tests.slurm_harness import GPUS_PER_NODE, NODES, SlurmCluster
+from tests.real_path.slurm import job_states
+from tests.slurm_harness import GPUS_PER_NODE, NODES, SlurmCluster, scratch
 from warehouse.store import Warehouse
 
 PYTHON = sys.executable
@@ -48,6 +53,46 @@ class Use:
 
 
 IDLE = Use(util=0.0, sm_active=0.0, power_w=60.0, memory_used=0)
+
+
+class Placed(Protocol):
+    use: Use  # of each of its GPUs
+    placement: dict[str, list[int]]  # node -> GPU indices
+
+
+def scripted_use(jobs: Iterable[Placed], node: str, gpu: int) -> Use:
+    """The scripted use of one GPU: its job's, or idle when no job is placed on it."""
+    for job in jobs:
+        if gpu in job.placement.get(node, []):
+            return job.use
+    return IDLE
+
+
+@contextlib.contextmanager
+def slurm_site(
+    request: pytest.FixtureRequest, prefix: str, what: str, first_job_id: int
+) -> Iterator[tuple[SlurmCluster, Path, contextlib.ExitStack]]:
+    """A module's scenario: a scratch directory, a real Slurm with the project's prolog in it,
+    and an exit stack that stops everything the scenario starts (Slurm last).
+
+    The scratch directory (logs of every process, the warehouse) is kept when a test of the
+    module failed, its path given in a warning; MariaDB's files are removed either way.
+    """
+    base = scratch(prefix)
+    cluster = SlurmCluster(base / "slurm", gpu_job_mapping=True, first_job_id=first_job_id)
+    failed_before, keep = request.session.testsfailed, True
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.callback(cluster.down)
+            cluster.up()
+            yield cluster, base, stack
+            keep = request.session.testsfailed > failed_before
+    finally:
+        shutil.rmtree(base / "slurm" / "mysql", ignore_errors=True)
+        if keep:
+            warnings.warn(f"{what}: logs and warehouse kept in {base}", stacklevel=1)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def description(use_of: Callable[[int], Use]) -> dict[str, Any]:
@@ -123,9 +168,21 @@ def start_exporter(
     )  # fmt: skip
 
 
-def wait_exporters(ports: dict[str, int], services: list[Service]) -> None:
+def start_exporters(
+    cluster: SlurmCluster, base: Path, env: dict[str, str], ports: dict[str, int],
+    use_of: Callable[[str, int], Use], stack: contextlib.ExitStack,
+) -> list[Service]:  # fmt: skip
+    """One exporter per node (`ports`: node -> port), GPU `i` of `node` doing `use_of(node,
+    i)`; returns once every one serves its GPUs. The stack stops them."""
+    services = []
+    for node, port in ports.items():
+        nvml = description(lambda gpu, node=node: use_of(node, gpu))
+        service = start_exporter(cluster, base, node, port, env, nvml)
+        stack.callback(service.stop)
+        services.append(service)
     for port in ports.values():
         wait_for(lambda port=port: exporter_ready(port), f"exporter on :{port}", 60, services)
+    return services
 
 
 def write_targets(base: Path, ports: dict[str, int]) -> None:
@@ -170,12 +227,25 @@ class Submitter:
         self.shim.write_text(f'#!/bin/sh\nexec runuser -u "$SUBMIT_AS" -- {sbatch} "$@"\n')
         self.shim.chmod(0o755)
 
-    def submit(self, user: str, name: str, profile: str) -> str:
-        """Submit the job profile `profile` (YAML, docs/executors.md) as `user`; its id."""
+    def submit(
+        self, user: str, name: str, profile: str, nodes: int, services: list[Service]
+    ) -> str:
+        """Submit the job profile `profile` (YAML, docs/executors.md) as `user`; its id, once
+        it runs with its GPUs on all its `nodes` mapped by the prolog."""
         path = self.profiles / f"{name}.yaml"
         path.write_text(profile)
         path_var = f"{self.shim.parent}:{os.environ['PATH']}"
         env = {**self.env, "SUBMIT_AS": user, "PATH": path_var}
         out = run([SING, "--config", str(self.config), "submit", str(path)], env,
                   self.cluster.jobs_dir)  # fmt: skip
-        return out.split()[-1]
+        job_id = out.split()[-1]
+        wait_for(
+            lambda: (
+                job_states(self.env).get(job_id) == "RUNNING"
+                and len(mapping_files(self.cluster).get(job_id, {})) == nodes
+            ),
+            f"job {name} ({job_id}) to run with its GPUs mapped by the prolog",
+            60,
+            services,
+        )
+        return job_id
