@@ -40,12 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import sys
 import time
-import urllib.request
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -58,19 +53,31 @@ from streamlit.testing.v1 import AppTest
 from tests.dashboard_app import metrics, open_app
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
 from tests.real_path.processes import Service, run, wait_for
+from tests.real_path.site import (
+    GPU_MEMORY,
+    IDLE,
+    MODEL,
+    SING,
+    Submitter,
+    Use,
+    mapping_files,
+    script_state,
+    scripted_use,
+    slurm_site,
+    start_collector,
+    start_exporters,
+    up_scrapes,
+    write_targets,
+)
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
-from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster, scratch
+from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
-SING = str(Path(sys.executable).with_name("sing"))
 
 SITE_CLUSTER = "campus"
-MODEL = "NVIDIA A100-SXM4-80GB"
-GPU_MEMORY = 80 * 2**30
 EXPORTER_PORTS = {"gpu-1": 19501, "gpu-2": 19502}
 INTERVAL_S = 2.0
 SCRAPE_TIMEOUT_S = 1.5
@@ -109,19 +116,6 @@ allowed_domains = ["campus.edu"]
 
 
 @dataclass(frozen=True)
-class Use:
-    """What a GPU does all along: the fake NVML's scripted values (SI units)."""
-
-    util: float
-    sm_active: float
-    power_w: float
-    memory_used: int
-
-
-IDLE = Use(util=0.0, sm_active=0.0, power_w=60.0, memory_used=0)
-
-
-@dataclass(frozen=True)
 class JobSpec:
     key: str
     user: str
@@ -153,11 +147,7 @@ PORTS = {
 
 
 def use_of(node: str, gpu: int) -> Use:
-    """The scripted use of one GPU: its job's, or idle when no job is placed on it."""
-    for spec in JOBS:
-        if gpu in spec.placement.get(node, []):
-            return spec.use
-    return IDLE
+    return scripted_use(JOBS, node, gpu)
 
 
 def all_gpus_util() -> float:
@@ -167,36 +157,6 @@ def all_gpus_util() -> float:
 
 def gpus_of(key: str) -> int:
     return BY_KEY[key].nodes * BY_KEY[key].gpus_per_node
-
-
-def description(node: str) -> dict[str, Any]:
-    """The fake NVML device description of one node (docs/exporter.md, "Fake backend")."""
-    gpus = {}
-    for index in range(GPUS_PER_NODE):
-        use = use_of(node, index)
-        gpus[str(index)] = {
-            "util": use.util,
-            "sm_active": use.sm_active,
-            "power_w": use.power_w,
-            "memory_used": use.memory_used,
-        }
-    return {
-        "model": MODEL,
-        "count": GPUS_PER_NODE,
-        "memory_total": GPU_MEMORY,
-        "driver_version": "535.129.03",
-        "defaults": {
-            "energy_j": 5.0e6,  # the driver's counter since it loaded; grows by power_w
-            "temperature_c": 35,
-            "sm_clock_hz": 1.41e9,
-            "ecc_corrected": 0,
-            "ecc_uncorrected": 0,
-            "mig_mode": 0,
-            "processes": [],
-            "xids": {},
-        },
-        "gpus": gpus,
-    }
 
 
 def profile(spec: JobSpec) -> str:
@@ -253,40 +213,6 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def mapping_files(cluster: SlurmCluster) -> dict[str, Allocation]:
-    """Job id -> node -> GPU indices, as the prolog wrote them (one file per GPU index)."""
-    jobs: dict[str, Allocation] = {}
-    for node in NODES:
-        directory = cluster.mapping_dir(node)
-        for file in directory.iterdir() if directory.exists() else ():
-            if file.name.isdigit():
-                for job_id in file.read_text().split():
-                    jobs.setdefault(job_id, {}).setdefault(node, []).append(int(file.name))
-    return {j: {n: sorted(g) for n, g in a.items()} for j, a in jobs.items()}
-
-
-def exporter_ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            return reply.read().decode().count("sing_gpu_info{") == GPUS_PER_NODE
-    except OSError:
-        return False
-
-
-def up_scrapes(real: RealRun, after: datetime) -> int:
-    """The fewest successful scrapes of any node in rounds that started after `after`."""
-    try:
-        rows = dict(
-            real.sql(
-                "SELECT node, count(*) FILTER (WHERE up AND ts > ?) FROM scrapes GROUP BY node",
-                [after],
-            )
-        )
-    except Exception:  # noqa: BLE001 - no scrapes file yet: the view may not exist
-        return 0
-    return min((rows.get(node, 0) for node in NODES), default=0)
-
-
 @pytest.fixture(scope="module")
 def real(request: pytest.FixtureRequest) -> Iterator[RealRun]:
     """The whole scenario, once for the module; every process it starts is stopped after it.
@@ -294,21 +220,8 @@ def real(request: pytest.FixtureRequest) -> Iterator[RealRun]:
     The scratch directory (logs of every process, the warehouse) is kept when a test of the
     module failed, its path given in a warning; MariaDB's files are removed either way.
     """
-    base = scratch("sing-realpath-")
-    cluster = SlurmCluster(base / "slurm", gpu_job_mapping=True, first_job_id=8)
-    failed_before, keep = request.session.testsfailed, True
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.callback(cluster.down)
-            cluster.up()
-            yield _play(cluster, base, stack)
-            keep = request.session.testsfailed > failed_before
-    finally:
-        shutil.rmtree(base / "slurm" / "mysql", ignore_errors=True)
-        if keep:
-            warnings.warn(f"real path: logs and warehouse kept in {base}", stacklevel=1)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+    with slurm_site(request, "sing-realpath-", "real path", first_job_id=8) as site:
+        yield _play(*site)
 
 
 def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> RealRun:
@@ -318,21 +231,18 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
     real = RealRun(base, config, {**cluster.env, "TZ": "UTC"})
     services = _start_nodes(cluster, real, stack)
 
-    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"node": node}}
-               for node, port in EXPORTER_PORTS.items()]  # fmt: skip
-    (base / "targets.json").write_text(json.dumps(targets))
+    write_targets(base, EXPORTER_PORTS)
     real.collector_started = now()
-    argv = [SING, "--config", str(config), "collector"]
-    collector = Service(argv, base / "collector.log", real.env)
+    collector = start_collector(config, base, real.env)
     stack.callback(collector.stop)
     services.append(collector)
-    started = real.collector_started
-    wait_for(lambda: up_scrapes(real, started) >= 1, "both nodes scraped", 90, services)
+    started, warehouse = real.collector_started, base / "warehouse"
+    wait_for(lambda: up_scrapes(warehouse, started) >= 1, "both nodes scraped", 90, services)
 
     _submit_one_by_one(cluster, real, services)
 
     # Samples of the running jobs before any traffic, the burst, samples after it.
-    wait_for(lambda: up_scrapes(real, real.since) >= 2, "2 rounds of the jobs", 60, services)
+    wait_for(lambda: up_scrapes(warehouse, real.since) >= 2, "2 rounds of the jobs", 60, services)
     burst = BurstThread(real.trees, BURST_S)
     burst.start()
     reload_driver(real, RELOADED_NODE)
@@ -340,7 +250,7 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
     assert not burst.is_alive(), "the InfiniBand burst did not finish"
     real.burst_end = now()
     after = real.burst_end
-    wait_for(lambda: up_scrapes(real, after) >= 2, "2 rounds after the burst", 60, services)
+    wait_for(lambda: up_scrapes(warehouse, after) >= 2, "2 rounds after the burst", 60, services)
 
     real.until = now().replace(microsecond=0)
     run(["scancel", *real.ids.values()], real.env)
@@ -361,7 +271,9 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
         90,
         services,
     )  # fmt: skip
-    wait_for(lambda: up_scrapes(real, ended) >= 1, "a round after the jobs ended", 60, services)
+    wait_for(
+        lambda: up_scrapes(warehouse, ended) >= 1, "a round after the jobs ended", 60, services
+    )
     assert collector.stop() == 0, collector.tail()
     real.collector_stopped = now()
     real.times = run_times(sorted(ids), real.env)
@@ -371,29 +283,9 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
 def _start_nodes(
     cluster: SlurmCluster, real: RealRun, stack: contextlib.ExitStack
 ) -> list[Service]:
-    """One exporter per node, as the systemd unit runs it, over the node's files."""
-    services = []
-    for node, port in EXPORTER_PORTS.items():
-        real.trees.append(IbTree(real.base / "sys" / node, [PORTS[node]]))
-        cluster.mapping_dir(node).mkdir(parents=True, exist_ok=True)  # as /run/sing/gpu-jobs
-        fake = real.base / f"{node}.json"
-        fake.write_text(json.dumps(description(node)))
-        service = Service(
-            [
-                PYTHON, "-m", "exporters", "--fake", str(fake), "--node", f"{node}:{port}",
-                "--listen-address", "127.0.0.1", "--cache-seconds", "0",
-                "--sysfs-root", str(real.base / "sys" / node),
-                "--job-mapping-dir", str(cluster.mapping_dir(node)),
-                "--fake-state", str(real.base / "fake-state.json"),
-            ],
-            real.base / f"exporter-{node}.log",
-            real.env,
-        )  # fmt: skip
-        stack.callback(service.stop)
-        services.append(service)
-    for port in EXPORTER_PORTS.values():
-        wait_for(lambda port=port: exporter_ready(port), f"exporter on :{port}", 60, services)
-    return services
+    """One exporter per node over its InfiniBand tree and its scripted GPUs."""
+    real.trees += [IbTree(real.base / "sys" / node, [PORTS[node]]) for node in EXPORTER_PORTS]
+    return start_exporters(cluster, real.base, real.env, EXPORTER_PORTS, use_of, stack)
 
 
 def reload_driver(real: RealRun, node: str) -> None:
@@ -401,39 +293,15 @@ def reload_driver(real: RealRun, node: str) -> None:
     (the fake's `driver_loaded_at`, docs/exporter.md), while its jobs are being sampled."""
     loaded_at = time.time()
     gpus = {str(i): {"driver_loaded_at": loaded_at} for i in range(GPUS_PER_NODE)}
-    state = real.base / "fake-state.json"
-    staged = state.with_suffix(".tmp")
-    staged.write_text(json.dumps({"nodes": {node: {"gpus": gpus}}}))
-    os.replace(staged, state)
+    script_state(real.base / "fake-state.json", {node: gpus})
 
 
 def _submit_one_by_one(cluster: SlurmCluster, real: RealRun, services: list[Service]) -> None:
-    """`sing submit PROFILE` for each job's user; each job runs (prolog done) before the next.
-
-    The venv's interpreter lives under /root, out of the test users' reach, so `sing` runs as
-    root and a shim `sbatch` first on its PATH submits as the user: the job is the user's.
-    """
-    shim = real.base / "bin" / "sbatch"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec runuser -u "$SUBMIT_AS" -- {shutil.which("sbatch")} "$@"\n')
-    shim.chmod(0o755)
-    profiles = real.base / "profiles"
-    profiles.mkdir()
+    """`sing submit PROFILE` for each job's user; each job runs (prolog done) before the next."""
+    submitter = Submitter(cluster, real.config, real.base, real.env)
     for spec in JOBS:
-        path = profiles / f"{spec.key}.yaml"
-        path.write_text(profile(spec))
-        env = {**real.env, "SUBMIT_AS": spec.user, "PATH": f"{shim.parent}:{os.environ['PATH']}"}
-        out = run([SING, "--config", str(real.config), "submit", str(path)], env, cluster.jobs_dir)
-        job_id = out.split()[-1]
-        real.ids[spec.key] = job_id
-        wait_for(
-            lambda job_id=job_id, spec=spec: (
-                job_states(real.env).get(job_id) == "RUNNING"
-                and len(mapping_files(cluster).get(job_id, {})) == spec.nodes
-            ),
-            f"job {spec.key} ({job_id}) to run with its GPUs mapped by the prolog",
-            60,
-            services,
+        real.ids[spec.key] = submitter.submit(
+            spec.user, spec.key, profile(spec), spec.nodes, services
         )
     real.prolog = {key: mapping_files(cluster)[job_id] for key, job_id in real.ids.items()}
     real.allocation = {key: gpu_allocation(job_id, real.env) for key, job_id in real.ids.items()}
