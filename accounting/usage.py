@@ -61,7 +61,9 @@ WITH j AS (
            - CASE WHEN energy_delta_samples > 0
                    AND first_ts = min(first_ts) OVER (PARTITION BY cluster, job_id, node, gpu_index)
                   THEN coalesce(first_energy_delta_j, 0) ELSE 0 END AS energy_j
-    FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage)
+    FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage
+          -- no job of the window has samples before the first of them started
+          WHERE day >= (SELECT min(start_time) FROM j)::DATE AND day < $until)
     SEMI JOIN j USING (cluster, job_id)
 ), days AS (
     -- The share of each day's figures inside the window: the job's allocated time in the
