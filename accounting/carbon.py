@@ -68,7 +68,7 @@ WITH held AS (
     SELECT g.cluster, g.job_id, h.hour, sum(h.power_sum) AS w
     FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM gpu_hourly
           -- the day bounds first: `day` is the partition, so other days' files stay unread
-          WHERE day >= $since::DATE AND day <= $until::DATE
+          WHERE day >= {{first_day}} AND day <= {{last_day}}
             AND hour >= date_trunc('hour', $since) AND hour < $until AND power_sum > 0) h
     JOIN held_hours g USING (cluster, node, gpu_index, hour)
     GROUP BY ALL
@@ -100,7 +100,10 @@ def job_intensity(
     con.register("_intensity", series.to_arrow())
     try:
         window = {k: params[k] for k in ("since", "until", "now")}
-        return con.sql(JOB_INTENSITY_SQL, params=window).pl()
+        # date literals, from datetimes: a constant prunes the day partitions, a parameter not
+        days = {"first_day": f"DATE '{window['since'].date()}'"}
+        days["last_day"] = f"DATE '{window['until'].date()}'"
+        return con.sql(JOB_INTENSITY_SQL.format(**days), params=window).pl()
     finally:
         con.unregister("_jobs")
         con.unregister("_intensity")
