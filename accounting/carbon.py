@@ -51,15 +51,26 @@ def load_series(path: str | Path) -> pl.DataFrame:
 
 # Per job of `_jobs` (cluster, job_id, w_start, w_end): weights per hour, then the series.
 JOB_INTENSITY_SQL = f"""
-WITH powered AS (
-    SELECT jg.cluster, jg.job_id, h.hour, sum(h.power_sum) AS w
+WITH held AS (
+    -- the GPUs of the window's jobs only, before the hourly rows meet them
+    SELECT jg.cluster, jg.job_id, jg.node, jg.gpu_index,
+           greatest(jg.start_time, j.w_start) AS held_from,
+           least(coalesce(jg.end_time, $now), j.w_end) AS held_until
+    FROM job_gpus jg JOIN _jobs j ON j.cluster = jg.cluster AND j.job_id = jg.job_id
+), held_hours AS (
+    -- each hour a GPU was held, so the hourly rows meet them by equality (a range join of a
+    -- year of hours against a year of allocations would compare billions of pairs)
+    SELECT cluster, job_id, node, gpu_index,
+           unnest(generate_series(date_trunc('hour', held_from),
+                                  held_until - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR)) AS hour
+    FROM held WHERE held_until > held_from
+), powered AS MATERIALIZED (
+    SELECT g.cluster, g.job_id, h.hour, sum(h.power_sum) AS w
     FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM gpu_hourly
-          WHERE hour >= date_trunc('hour', $since) AND hour < $until AND power_sum > 0) h
-    JOIN job_gpus jg ON jg.cluster = h.cluster AND jg.node = h.node
-     AND jg.gpu_index = h.gpu_index
-     AND h.hour < coalesce(jg.end_time, $now) AND h.hour + INTERVAL 1 HOUR > jg.start_time
-    JOIN _jobs j ON j.cluster = jg.cluster AND j.job_id = jg.job_id
-     AND h.hour < j.w_end AND h.hour + INTERVAL 1 HOUR > j.w_start
+          -- the day bounds first: `day` is the partition, so other days' files stay unread
+          WHERE day >= {{first_day}} AND day <= {{last_day}}
+            AND hour >= date_trunc('hour', $since) AND hour < $until AND power_sum > 0) h
+    JOIN held_hours g USING (cluster, node, gpu_index, hour)
     GROUP BY ALL
 ), timed AS (
     SELECT j.cluster, j.job_id, t.hour,
@@ -73,10 +84,10 @@ WITH powered AS (
     FROM _intensity
 )
 SELECT x.cluster, x.job_id,
-       CASE WHEN count(s.g_per_kwh) = count(*) THEN sum(x.w * s.g_per_kwh) / sum(x.w) END
-           AS g_per_kwh
+       CASE WHEN count(*) FILTER (WHERE x.hour < s.until) = count(*)
+            THEN sum(x.w * s.g_per_kwh) / sum(x.w) END AS g_per_kwh
 FROM (FROM powered UNION ALL FROM timed) x
-LEFT JOIN series s ON x.hour >= s.hour AND x.hour < s.until
+ASOF LEFT JOIN series s ON x.hour >= s.hour  -- the row in force at that hour, if still valid
 GROUP BY ALL
 """
 
@@ -89,7 +100,10 @@ def job_intensity(
     con.register("_intensity", series.to_arrow())
     try:
         window = {k: params[k] for k in ("since", "until", "now")}
-        return con.sql(JOB_INTENSITY_SQL, params=window).pl()
+        # date literals, from datetimes: a constant prunes the day partitions, a parameter not
+        days = {"first_day": f"DATE '{window['since'].date()}'"}
+        days["last_day"] = f"DATE '{window['until'].date()}'"
+        return con.sql(JOB_INTENSITY_SQL.format(**days), params=window).pl()
     finally:
         con.unregister("_jobs")
         con.unregister("_intensity")

@@ -41,6 +41,14 @@ FIGURES = (
 )
 
 # One row per job overlapping the window, with its figures inside the window.
+IN_WINDOW = """
+    start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
+    AND ($cluster IS NULL OR cluster = $cluster) AND ($account IS NULL OR account = $account)
+"""
+# The first day any job of the window can have samples (its earliest start), so the rollup's
+# other days are never read.
+FIRST_DAY_SQL = f"SELECT min(start_time)::DATE FROM jobs WHERE {IN_WINDOW}"
+
 JOB_WINDOW_SQL = f"""
 WITH j AS (
     SELECT cluster, job_id, user, account, partition, num_gpus, nodes, start_time,
@@ -49,9 +57,7 @@ WITH j AS (
            least(coalesce(end_time, $now), $until) AS w_end,
            epoch(start_time - submit_time) AS wait_s
     FROM jobs
-    WHERE start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
-      AND ($cluster IS NULL OR cluster = $cluster)
-      AND ($account IS NULL OR account = $account)
+    WHERE {IN_WINDOW}
 ), gpu_days AS (
     -- Energy per GPU and day; the GPU's first sample in the job has a delta that reaches back
     -- before the job, so it is left out (on the job's first day, whatever the window).
@@ -61,7 +67,9 @@ WITH j AS (
            - CASE WHEN energy_delta_samples > 0
                    AND first_ts = min(first_ts) OVER (PARTITION BY cluster, job_id, node, gpu_index)
                   THEN coalesce(first_energy_delta_j, 0) ELSE 0 END AS energy_j
-    FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage)
+    FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage
+          -- literal day bounds: only a constant prunes the day partitions
+          WHERE day >= {{first_day}} AND day <= {{last_day}})
     SEMI JOIN j USING (cluster, job_id)
 ), days AS (
     -- The share of each day's figures inside the window: the job's allocated time in the
@@ -135,7 +143,7 @@ def usage(
     if not keys or any(key not in GROUPS for key in keys):
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
     params = {**_window(since, until, now), "cluster": cluster, "account": account}
-    jobs = con.sql(JOB_WINDOW_SQL, params=params).pl()
+    jobs = con.sql(_job_window_sql(con, params), params=params).pl()
     rows = _per_model(con, jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
@@ -147,6 +155,14 @@ def usage(
     return grouped.select(*columns, *extra).sort(
         ["allocated_gpu_hours", *keys], descending=[True] + [False] * len(keys), nulls_last=True
     )
+
+
+def _job_window_sql(con: duckdb.DuckDBPyConnection, params: dict) -> str:
+    """JOB_WINDOW_SQL with the window's days as date literals (from dates, never user text)."""
+    ((first,),) = con.sql(FIRST_DAY_SQL, params=params).fetchall()
+    first = first or params["since"].date()
+    last = params["until"].date()
+    return JOB_WINDOW_SQL.format(first_day=f"DATE '{first}'", last_day=f"DATE '{last}'")
 
 
 def _per_model(
