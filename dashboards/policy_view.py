@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import polars as pl
 import streamlit as st
@@ -22,11 +22,7 @@ ICON = ":material/timer:"  # the warning banners' (the job report's notes have a
 
 def site_zone(config: Config) -> ZoneInfo:
     """The zone of `[policy] timezone`; a ConfigError names a zone that does not exist."""
-    name = config.section("policy", PolicySettings).timezone
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as err:
-        raise ConfigError(f"[policy] timezone = {name!r} is not a known time zone") from err
+    return config.section("policy", PolicySettings).zone
 
 
 def local_time(moment: datetime, zone: ZoneInfo) -> str:

@@ -21,7 +21,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -178,10 +178,7 @@ class SitePostman:
 def make_postman(config: Config) -> SitePostman:
     """The site's postman from [policy]; with no SMTP relay and no webhook it sends nothing."""
     settings = config.section("policy", PolicySettings)
-    try:
-        tz = ZoneInfo(settings.timezone)
-    except (ZoneInfoNotFoundError, ValueError) as err:
-        raise UserError(f"[policy] timezone {settings.timezone!r} is not a known zone") from err
+    tz = settings.zone
     if settings.smtp_username and not settings.smtp_starttls:
         raise UserError(
             "[policy] smtp_username needs smtp_starttls = true (the password would cross the "

@@ -90,7 +90,7 @@ def send_digests(
     if not (settings.weekly_digests if weekly else settings.monthly_account_digests):
         return []
     dry = dry_run or settings.dry_run
-    start, end = last_period(period, now, ZoneInfo(settings.timezone))
+    start, end = last_period(period, now, settings.zone)
     con = warehouse.connect()
     who = "user" if weekly else "account"
     rows = digest_figures(con, who, start, end)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sing.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,16 @@ class PolicySettings:
     weekly_digests: bool = False  # per user, Mondays
     monthly_account_digests: bool = False  # per account, to account_contacts
     account_contacts: dict[str, str] = field(default_factory=dict)  # account -> PI address
+
+    def __post_init__(self) -> None:
+        self.zone  # noqa: B018 - a zone that does not exist stops every command at config load
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The site's time zone (`timezone`), for quiet hours, digests and the pages."""
+        try:
+            return ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError) as err:
+            raise ConfigError(
+                f"[policy] timezone = {self.timezone!r} is not a known time zone"
+            ) from err

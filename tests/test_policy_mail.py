@@ -14,7 +14,8 @@ import pytest
 from policy.engine import FIGURES, JOB_FIELDS
 from policy.messages import CANCELLED, JOB_END, NOTIFY, WARN, Delivery, Message
 from policy.postman import make_postman
-from sing.config import Config
+from policy.settings import PolicySettings
+from sing.config import Config, ConfigError
 from sing.errors import UserError
 from tests.mailbox import free_port, smtp_server, webhook_server
 from tests.pki import make_pki
@@ -258,10 +259,15 @@ def test_with_no_channel_configured_nothing_is_delivered(tmp_path):
     assert postman.send(message(NOTIFY)) == []
 
 
+def test_a_time_zone_that_does_not_exist_stops_at_config_load(tmp_path):
+    """Quiet hours, digests, messages and pages all use the zone: it is checked once, at load."""
+    with pytest.raises(ConfigError, match="timezone = 'Mars/Olympus' is not a known time zone"):
+        config(tmp_path, timezone="Mars/Olympus").section("policy", PolicySettings)
+
+
 @pytest.mark.parametrize(
     ("policy", "error"),
     [
-        ({"timezone": "Mars/Olympus"}, "not a known zone"),
         ({"smtp_host": "relay", "smtp_username": "sing"}, "needs smtp_starttls"),
         ({"webhook_url": "file:///etc/passwd"}, r"not an http\(s\) URL"),
         ({"templates_dir": "missing"}, "is not a directory"),
