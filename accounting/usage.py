@@ -17,6 +17,7 @@ nodes of several models is split between them by its GPUs on each node.
 
 from __future__ import annotations
 
+from contextlib import closing
 from datetime import datetime
 
 import duckdb
@@ -27,6 +28,7 @@ from accounting.periods import period_window
 from accounting.settings import AccountingSettings
 from sing.errors import UserError
 from warehouse.analytics import HOME_CLUSTER, NODE_VERSIONS_SQL, _window
+from warehouse.store import Warehouse
 
 GROUPS = ("user", "account", "partition", "model")
 J_PER_KWH = 3.6e6
@@ -124,6 +126,23 @@ LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
  AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
 GROUP BY ALL
 """
+
+
+def snapshot(
+    warehouse: Warehouse,
+    since: datetime | None,
+    until: datetime | None,
+    now: datetime | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """A connection holding only what `usage` reads: the job, GPU and node records, and the
+    GPU rollups from the first day a job of the window started (opening every table's files
+    was most of a month's report). The first day comes from the job records a moment before
+    the snapshot; a job recorded in between with an earlier start shows as unmeasured."""
+    params = {**_window(since, until, now), "cluster": None, "account": None}
+    with closing(warehouse.connect({"jobs": None})) as records:
+        ((first,),) = records.sql(FIRST_DAY_SQL, params=params).fetchall()
+    first = first or params["since"].date()
+    return warehouse.connect({"jobs": None, "job_gpus": None, "nodes": None, "gpu_samples": first})
 
 
 def usage(

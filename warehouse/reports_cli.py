@@ -13,7 +13,7 @@ import polars as pl
 from accounting import statement
 from accounting.periods import FORMS, period_window
 from accounting.settings import accounting_settings
-from accounting.usage import GROUPS, method, usage
+from accounting.usage import GROUPS, method, snapshot, usage
 from sing import tables
 from sing.config import Config
 from sing.errors import UserError
@@ -271,12 +271,13 @@ def cmd_statement(args: argparse.Namespace, config: Config) -> int:
     if bool(args.account) != bool(args.out):
         raise UserError("--account needs --out FILE.html (or use --all DIR)")
     wh = Warehouse(config.warehouse_dir(args.warehouse))
+    now = report_now(wh, args.now)
     found = statement.statements(
-        wh.connect(),
+        snapshot(wh, *period_window(args.period, "--period"), now),
         args.period,
         accounting_settings(config),
         accounts=[args.account] if args.account else None,
-        now=report_now(wh, args.now),
+        now=now,
         cluster=args.cluster,
     )
     site = args.cluster or config.site.cluster
@@ -300,7 +301,8 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     settings = accounting_settings(config)
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     now = report_now(wh, args.now)
-    frame = usage(wh.connect(), args.by, since, until, settings, now=now, cluster=args.cluster)
+    con = snapshot(wh, since, until, now)
+    frame = usage(con, args.by, since, until, settings, now=now, cluster=args.cluster)
     notes = method(settings)
     if args.json:
         window = {"since": since, "until": until, "now": now}
