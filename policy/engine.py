@@ -53,7 +53,7 @@ JOB_FIELDS = (
     "start_time",
     "run_s",
 )
-FIGURES = ("mean_util", "gpus_never_used", "rdma_bytes_per_node_hour")
+FIGURES = ("mean_util", "idle_share", "gpus_never_used", "rdma_bytes_per_node_hour")
 
 
 @dataclass

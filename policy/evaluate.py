@@ -44,12 +44,12 @@ def _per_gpu_sql(since_start: bool) -> str:
         return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
                sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
-               sum(samples) AS samples, max(last_ts) AS newest
+               sum(samples) AS samples, sum(idle_samples) AS idle_samples, max(last_ts) AS newest
         FROM job_gpu_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
                avg(util) AS mean_util, max(util) AS max_util, count(*) AS samples,
-               max(ts) AS newest
+               count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest
         FROM gpu_samples
         WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
         GROUP BY ALL"""
@@ -86,6 +86,7 @@ per_job AS (
            count(*) FILTER (WHERE mean_util < $threshold) AS idle_gpus,
            count(*) FILTER (WHERE max_util < {IDLE_SAMPLE_UTIL}) AS gpus_never_used,
            sum(mean_util * samples) / nullif(sum(samples), 0) AS mean_util,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            max(newest) AS newest_sample
     FROM {gpu} GROUP BY ALL
 ),
@@ -94,7 +95,8 @@ nodes AS (
     FROM per_node GROUP BY ALL
 )
 SELECT r.*, epoch($now - r.start_time) AS run_s,
-       p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.newest_sample,
+       p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.idle_share,
+       p.newest_sample,
        n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes
 FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id
@@ -200,6 +202,7 @@ def _evidence(job: dict[str, Any], span_h: float | None) -> dict[str, Any]:
     rdma = job["rdma_bytes"]
     return {
         "mean_util": job["mean_util"],
+        "idle_share": job["idle_share"],  # of the samples (the messages' efficiency table)
         "gpus_sampled": job["gpus_sampled"] or 0,
         "idle_gpus": job["idle_gpus"] or 0,
         "gpus_never_used": job["gpus_never_used"] or 0,

@@ -40,11 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import sys
 import time
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,6 +55,22 @@ from streamlit.testing.v1 import AppTest
 from tests.dashboard_app import metrics, open_app
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
 from tests.real_path.processes import Service, run, wait_for
+from tests.real_path.site import (
+    GPU_MEMORY,
+    IDLE,
+    MODEL,
+    SING,
+    Submitter,
+    Use,
+    description,
+    mapping_files,
+    script_state,
+    start_collector,
+    start_exporter,
+    up_scrapes,
+    wait_exporters,
+    write_targets,
+)
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
 from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster, scratch
 from warehouse.store import Warehouse
@@ -65,12 +78,8 @@ from warehouse.store import Warehouse
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
-SING = str(Path(sys.executable).with_name("sing"))
 
 SITE_CLUSTER = "campus"
-MODEL = "NVIDIA A100-SXM4-80GB"
-GPU_MEMORY = 80 * 2**30
 EXPORTER_PORTS = {"gpu-1": 19501, "gpu-2": 19502}
 INTERVAL_S = 2.0
 SCRAPE_TIMEOUT_S = 1.5
@@ -106,19 +115,6 @@ admins = ["{ADMIN}"]
 auth = "oidc"
 allowed_domains = ["campus.edu"]
 """
-
-
-@dataclass(frozen=True)
-class Use:
-    """What a GPU does all along: the fake NVML's scripted values (SI units)."""
-
-    util: float
-    sm_active: float
-    power_w: float
-    memory_used: int
-
-
-IDLE = Use(util=0.0, sm_active=0.0, power_w=60.0, memory_used=0)
 
 
 @dataclass(frozen=True)
@@ -167,36 +163,6 @@ def all_gpus_util() -> float:
 
 def gpus_of(key: str) -> int:
     return BY_KEY[key].nodes * BY_KEY[key].gpus_per_node
-
-
-def description(node: str) -> dict[str, Any]:
-    """The fake NVML device description of one node (docs/exporter.md, "Fake backend")."""
-    gpus = {}
-    for index in range(GPUS_PER_NODE):
-        use = use_of(node, index)
-        gpus[str(index)] = {
-            "util": use.util,
-            "sm_active": use.sm_active,
-            "power_w": use.power_w,
-            "memory_used": use.memory_used,
-        }
-    return {
-        "model": MODEL,
-        "count": GPUS_PER_NODE,
-        "memory_total": GPU_MEMORY,
-        "driver_version": "535.129.03",
-        "defaults": {
-            "energy_j": 5.0e6,  # the driver's counter since it loaded; grows by power_w
-            "temperature_c": 35,
-            "sm_clock_hz": 1.41e9,
-            "ecc_corrected": 0,
-            "ecc_uncorrected": 0,
-            "mig_mode": 0,
-            "processes": [],
-            "xids": {},
-        },
-        "gpus": gpus,
-    }
 
 
 def profile(spec: JobSpec) -> str:
@@ -253,40 +219,6 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def mapping_files(cluster: SlurmCluster) -> dict[str, Allocation]:
-    """Job id -> node -> GPU indices, as the prolog wrote them (one file per GPU index)."""
-    jobs: dict[str, Allocation] = {}
-    for node in NODES:
-        directory = cluster.mapping_dir(node)
-        for file in directory.iterdir() if directory.exists() else ():
-            if file.name.isdigit():
-                for job_id in file.read_text().split():
-                    jobs.setdefault(job_id, {}).setdefault(node, []).append(int(file.name))
-    return {j: {n: sorted(g) for n, g in a.items()} for j, a in jobs.items()}
-
-
-def exporter_ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            return reply.read().decode().count("sing_gpu_info{") == GPUS_PER_NODE
-    except OSError:
-        return False
-
-
-def up_scrapes(real: RealRun, after: datetime) -> int:
-    """The fewest successful scrapes of any node in rounds that started after `after`."""
-    try:
-        rows = dict(
-            real.sql(
-                "SELECT node, count(*) FILTER (WHERE up AND ts > ?) FROM scrapes GROUP BY node",
-                [after],
-            )
-        )
-    except Exception:  # noqa: BLE001 - no scrapes file yet: the view may not exist
-        return 0
-    return min((rows.get(node, 0) for node in NODES), default=0)
-
-
 @pytest.fixture(scope="module")
 def real(request: pytest.FixtureRequest) -> Iterator[RealRun]:
     """The whole scenario, once for the module; every process it starts is stopped after it.
@@ -318,21 +250,18 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
     real = RealRun(base, config, {**cluster.env, "TZ": "UTC"})
     services = _start_nodes(cluster, real, stack)
 
-    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"node": node}}
-               for node, port in EXPORTER_PORTS.items()]  # fmt: skip
-    (base / "targets.json").write_text(json.dumps(targets))
+    write_targets(base, EXPORTER_PORTS)
     real.collector_started = now()
-    argv = [SING, "--config", str(config), "collector"]
-    collector = Service(argv, base / "collector.log", real.env)
+    collector = start_collector(config, base, real.env)
     stack.callback(collector.stop)
     services.append(collector)
-    started = real.collector_started
-    wait_for(lambda: up_scrapes(real, started) >= 1, "both nodes scraped", 90, services)
+    started, warehouse = real.collector_started, base / "warehouse"
+    wait_for(lambda: up_scrapes(warehouse, started) >= 1, "both nodes scraped", 90, services)
 
     _submit_one_by_one(cluster, real, services)
 
     # Samples of the running jobs before any traffic, the burst, samples after it.
-    wait_for(lambda: up_scrapes(real, real.since) >= 2, "2 rounds of the jobs", 60, services)
+    wait_for(lambda: up_scrapes(warehouse, real.since) >= 2, "2 rounds of the jobs", 60, services)
     burst = BurstThread(real.trees, BURST_S)
     burst.start()
     reload_driver(real, RELOADED_NODE)
@@ -340,7 +269,7 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
     assert not burst.is_alive(), "the InfiniBand burst did not finish"
     real.burst_end = now()
     after = real.burst_end
-    wait_for(lambda: up_scrapes(real, after) >= 2, "2 rounds after the burst", 60, services)
+    wait_for(lambda: up_scrapes(warehouse, after) >= 2, "2 rounds after the burst", 60, services)
 
     real.until = now().replace(microsecond=0)
     run(["scancel", *real.ids.values()], real.env)
@@ -361,7 +290,9 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
         90,
         services,
     )  # fmt: skip
-    wait_for(lambda: up_scrapes(real, ended) >= 1, "a round after the jobs ended", 60, services)
+    wait_for(
+        lambda: up_scrapes(warehouse, ended) >= 1, "a round after the jobs ended", 60, services
+    )
     assert collector.stop() == 0, collector.tail()
     real.collector_stopped = now()
     real.times = run_times(sorted(ids), real.env)
@@ -371,28 +302,15 @@ def _play(cluster: SlurmCluster, base: Path, stack: contextlib.ExitStack) -> Rea
 def _start_nodes(
     cluster: SlurmCluster, real: RealRun, stack: contextlib.ExitStack
 ) -> list[Service]:
-    """One exporter per node, as the systemd unit runs it, over the node's files."""
+    """One exporter per node over its InfiniBand tree and its scripted GPUs."""
     services = []
     for node, port in EXPORTER_PORTS.items():
         real.trees.append(IbTree(real.base / "sys" / node, [PORTS[node]]))
-        cluster.mapping_dir(node).mkdir(parents=True, exist_ok=True)  # as /run/sing/gpu-jobs
-        fake = real.base / f"{node}.json"
-        fake.write_text(json.dumps(description(node)))
-        service = Service(
-            [
-                PYTHON, "-m", "exporters", "--fake", str(fake), "--node", f"{node}:{port}",
-                "--listen-address", "127.0.0.1", "--cache-seconds", "0",
-                "--sysfs-root", str(real.base / "sys" / node),
-                "--job-mapping-dir", str(cluster.mapping_dir(node)),
-                "--fake-state", str(real.base / "fake-state.json"),
-            ],
-            real.base / f"exporter-{node}.log",
-            real.env,
-        )  # fmt: skip
+        nvml = description(lambda gpu, node=node: use_of(node, gpu))
+        service = start_exporter(cluster, real.base, node, port, real.env, nvml)
         stack.callback(service.stop)
         services.append(service)
-    for port in EXPORTER_PORTS.values():
-        wait_for(lambda port=port: exporter_ready(port), f"exporter on :{port}", 60, services)
+    wait_exporters(EXPORTER_PORTS, services)
     return services
 
 
@@ -401,30 +319,14 @@ def reload_driver(real: RealRun, node: str) -> None:
     (the fake's `driver_loaded_at`, docs/exporter.md), while its jobs are being sampled."""
     loaded_at = time.time()
     gpus = {str(i): {"driver_loaded_at": loaded_at} for i in range(GPUS_PER_NODE)}
-    state = real.base / "fake-state.json"
-    staged = state.with_suffix(".tmp")
-    staged.write_text(json.dumps({"nodes": {node: {"gpus": gpus}}}))
-    os.replace(staged, state)
+    script_state(real.base / "fake-state.json", {node: gpus})
 
 
 def _submit_one_by_one(cluster: SlurmCluster, real: RealRun, services: list[Service]) -> None:
-    """`sing submit PROFILE` for each job's user; each job runs (prolog done) before the next.
-
-    The venv's interpreter lives under /root, out of the test users' reach, so `sing` runs as
-    root and a shim `sbatch` first on its PATH submits as the user: the job is the user's.
-    """
-    shim = real.base / "bin" / "sbatch"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec runuser -u "$SUBMIT_AS" -- {shutil.which("sbatch")} "$@"\n')
-    shim.chmod(0o755)
-    profiles = real.base / "profiles"
-    profiles.mkdir()
+    """`sing submit PROFILE` for each job's user; each job runs (prolog done) before the next."""
+    submitter = Submitter(cluster, real.config, real.base, real.env)
     for spec in JOBS:
-        path = profiles / f"{spec.key}.yaml"
-        path.write_text(profile(spec))
-        env = {**real.env, "SUBMIT_AS": spec.user, "PATH": f"{shim.parent}:{os.environ['PATH']}"}
-        out = run([SING, "--config", str(real.config), "submit", str(path)], env, cluster.jobs_dir)
-        job_id = out.split()[-1]
+        job_id = submitter.submit(spec.user, spec.key, profile(spec))
         real.ids[spec.key] = job_id
         wait_for(
             lambda job_id=job_id, spec=spec: (
