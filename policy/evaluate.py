@@ -10,7 +10,8 @@ small for closed days and live for today.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import duckdb
@@ -120,6 +121,85 @@ class Verdict:
         return (self.job["cluster"], self.job["job_id"], self.rule.name)
 
 
+# The figures a verdict rests on (a message's evidence), computed next to the verdict.
+EVIDENCE = (
+    "mean_util",
+    "idle_share",  # of the samples (the messages' efficiency table)
+    "gpus_sampled",
+    "idle_gpus",
+    "gpus_never_used",
+    "nodes_sampled",
+    "idle_nodes",
+    "rdma_bytes_per_node_hour",
+    "hours",
+    "newest_sample",
+)
+
+
+def verdict_sql(figures: str) -> str:
+    """Each job's evidence and outcome under one rule, from `figures_sql`'s rows.
+
+    `$remembered_only`: leave out the jobs the rule finds fine unless the trail remembers the
+    (job, rule): a round needs no word about them, `check` lists them all."""
+    return f"""
+WITH figures AS ({figures}),
+evidence AS (
+    SELECT *,
+           coalesce(gpus_sampled, 0) AS gpus_n, coalesce(idle_gpus, 0) AS idle_n,
+           coalesce(gpus_never_used, 0) AS never_n, coalesce(nodes_sampled, 0) AS nodes_n,
+           coalesce(idle_nodes, 0) AS idle_nodes_n,
+           CASE WHEN $span_h::DOUBLE IS NULL THEN run_s / 3600
+                ELSE least($span_h::DOUBLE, run_s / 3600) END AS span_hours
+    FROM figures
+    WHERE num_gpus > 0 AND (NOT $multinode OR coalesce(num_nodes, 1) >= 2)
+),
+judged AS (
+    SELECT *,
+           CASE WHEN rdma_bytes IS NOT NULL AND span_hours <> 0
+                THEN rdma_bytes / (coalesce(num_nodes, 1) * span_hours) END AS rdma_bph
+    FROM evidence
+),
+verdicts AS (
+    SELECT *,
+           CASE
+           WHEN list_contains($exempt_users::VARCHAR[], "user")
+             OR list_contains($exempt_accounts::VARCHAR[], account)
+             OR list_contains($exempt_partitions::VARCHAR[], partition)
+             OR list_contains($exempt_qos::VARCHAR[], qos)
+             OR list_contains($exempt_names::VARCHAR[], coalesce(name, ''))
+             OR (coalesce(interactive, false) AND $interactive_s > 0
+                 AND time_limit_s < $interactive_s)
+               THEN '{EXEMPT}'
+           WHEN run_s < $needed_s THEN '{OK}'  -- too young to judge
+           WHEN newest_sample IS NULL OR epoch($now - newest_sample) > $max_age_s
+               THEN '{STALE}'
+           WHEN CASE $kind
+                WHEN '{IDLE_GPUS}' THEN CASE WHEN $share::DOUBLE IS NULL THEN idle_n = gpus_n
+                                             ELSE idle_n > $share::DOUBLE * gpus_n END
+                WHEN '{UNTOUCHED_GPUS}' THEN never_n > coalesce($share::DOUBLE, 0.0) * gpus_n
+                WHEN '{MULTINODE_IDLE}' THEN idle_nodes_n > coalesce($share::DOUBLE, 0.0) * nodes_n
+                    OR (rdma_bph IS NOT NULL AND rdma_bph < $min_rdma)
+                -- under_request: utilisation, or the share of the requested GPUs doing anything
+                ELSE coalesce(mean_util, 0.0) < $request_share
+                    OR (gpus_n - idle_n) / num_gpus < $request_share
+                END
+               THEN '{VIOLATING}'
+           ELSE '{OK}'
+           END AS outcome
+    FROM judged
+)
+SELECT * EXCLUDE (gpus_sampled, idle_gpus, gpus_never_used, nodes_sampled, idle_nodes,
+                  gpus_n, idle_n, never_n, nodes_n, idle_nodes_n, span_hours, rdma_bph),
+       gpus_n AS gpus_sampled, idle_n AS idle_gpus, never_n AS gpus_never_used,
+       nodes_n AS nodes_sampled, idle_nodes_n AS idle_nodes, span_hours AS hours,
+       rdma_bph AS rdma_bytes_per_node_hour
+FROM verdicts
+WHERE NOT $remembered_only OR outcome <> '{OK}'
+   OR EXISTS (SELECT 1 FROM remembered m
+              WHERE m.cluster = verdicts.cluster AND m.job_id = verdicts.job_id AND m.rule = $rule)
+"""
+
+
 def open_round(
     warehouse: Warehouse, rules: list[Rule], now: datetime, history_from: date
 ) -> duckdb.DuckDBPyConnection:
@@ -152,7 +232,8 @@ def open_round(
 
 class Evaluator:
     """Rules' verdicts over one round's connection. The running jobs, and each distinct span's
-    per-GPU and RDMA figures, are computed once and shared by the rules that read them."""
+    per-GPU and RDMA figures, are computed once and shared by the rules that read them; the
+    verdicts are SQL, so Python only meets the jobs it is handed."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, now: datetime, max_data_age_s: float):
         self.con = con
@@ -160,22 +241,60 @@ class Evaluator:
         self.max_data_age_s = max_data_age_s
         self._spans: dict[datetime | None, tuple[str, str]] = {}
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
+        # (job, rule) pairs the trail remembers: their ladders may need a step while fine
+        con.execute(
+            """CREATE TEMP TABLE remembered AS SELECT DISTINCT cluster, job_id, rule
+            FROM policy_events WHERE rule IS NOT NULL AND job_id IN (SELECT job_id FROM running)"""
+        )
 
-    def verdicts(self, rule: Rule) -> list[Verdict]:
-        """The rule's verdict on each running job it applies to."""
+    def verdicts(self, rule: Rule, remembered_only: bool = False) -> list[Verdict]:
+        """The rule's verdict on each running job it applies to; with `remembered_only`, only
+        on those it does not find fine or whose (job, rule) the trail remembers."""
         since_start = rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
         gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
-        params = {"now": self.now, "threshold": rule.threshold}
-        rows = self.con.sql(figures_sql(gpu, rdma), params=params).to_arrow_table().to_pylist()
-        span_h = None if since_start else rule.minutes / 60
+        sql = verdict_sql(figures_sql(gpu, rdma))
+        rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
         verdicts = []
-        for job in rows:
-            if not _applies(rule, job):
-                continue
-            evidence = _evidence(job, span_h)
-            outcome = _outcome(rule, job, evidence, self.now, self.max_data_age_s)
-            verdicts.append(Verdict(rule, job, outcome, evidence))
+        for job in rel.to_arrow_table().to_pylist():
+            evidence = {k: job[k] for k in EVIDENCE}
+            verdicts.append(Verdict(rule, job, job.pop("outcome"), evidence))
         return verdicts
+
+    def _params(self, rule: Rule, since_start: bool, remembered_only: bool) -> dict[str, Any]:
+        needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
+        interactive_s = rule.exempt_interactive_hours * 3600
+        return {
+            "now": self.now,
+            "threshold": rule.threshold,
+            "rule": rule.name,
+            "kind": rule.kind,
+            "multinode": rule.kind == MULTINODE_IDLE,
+            "span_h": None if since_start else rule.minutes / 60,
+            "needed_s": needed_s,
+            "max_age_s": self.max_data_age_s,
+            "share": rule.idle_gpu_share,
+            "min_rdma": rule.min_rdma_bytes_per_node_hour,
+            "request_share": rule.request_share,
+            "exempt_users": rule.exempt_users,
+            "exempt_accounts": rule.exempt_accounts,
+            "exempt_partitions": rule.exempt_partitions,
+            "exempt_qos": rule.exempt_qos,
+            "exempt_names": self._names_matching(rule.exempt_names),
+            "interactive_s": interactive_s,
+            "remembered_only": remembered_only,
+        }
+
+    def _names_matching(self, patterns: list[str]) -> list[str]:
+        """The running jobs' names that match a pattern (fnmatch, as users write them)."""
+        if not patterns:
+            return []
+        names = [
+            n
+            for (n,) in self.con.execute(
+                "SELECT DISTINCT coalesce(name, '') FROM running"
+            ).fetchall()
+        ]
+        return [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
 
     def _span(self, window_from: datetime | None) -> tuple[str, str]:
         """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each
@@ -188,58 +307,3 @@ class Evaluator:
             self.con.execute(f"CREATE TEMP TABLE {rdma} AS {_rdma_sql(since_start)}", params)
             self._spans[window_from] = (gpu, rdma)
         return self._spans[window_from]
-
-
-def _applies(rule: Rule, job: dict[str, Any]) -> bool:
-    if not job["num_gpus"]:
-        return False
-    return rule.kind != MULTINODE_IDLE or (job["num_nodes"] or 1) >= 2
-
-
-def _evidence(job: dict[str, Any], span_h: float | None) -> dict[str, Any]:
-    hours = min(span_h, job["run_s"] / 3600) if span_h is not None else job["run_s"] / 3600
-    nodes = job["num_nodes"] or 1
-    rdma = job["rdma_bytes"]
-    return {
-        "mean_util": job["mean_util"],
-        "idle_share": job["idle_share"],  # of the samples (the messages' efficiency table)
-        "gpus_sampled": job["gpus_sampled"] or 0,
-        "idle_gpus": job["idle_gpus"] or 0,
-        "gpus_never_used": job["gpus_never_used"] or 0,
-        "nodes_sampled": job["nodes_sampled"] or 0,
-        "idle_nodes": job["idle_nodes"] or 0,
-        "rdma_bytes_per_node_hour": rdma / (nodes * hours) if rdma is not None and hours else None,
-        "hours": hours,
-        "newest_sample": job["newest_sample"],
-    }
-
-
-def _outcome(
-    rule: Rule, job: dict[str, Any], ev: dict[str, Any], now: datetime, max_age_s: float
-) -> str:
-    if rule.exemption(job, now):
-        return EXEMPT
-    needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
-    if job["run_s"] < needed_s:
-        return OK  # too young to judge
-    newest = ev["newest_sample"]
-    if newest is None or (now - newest) > timedelta(seconds=max_age_s):
-        return STALE
-    return VIOLATING if _violates(rule, ev, job) else OK
-
-
-def _violates(rule: Rule, ev: dict[str, Any], job: dict[str, Any]) -> bool:
-    sampled, share = ev["gpus_sampled"], rule.idle_gpu_share
-    if rule.kind == IDLE_GPUS:
-        if share is None:
-            return ev["idle_gpus"] == sampled
-        return ev["idle_gpus"] > share * sampled
-    if rule.kind == UNTOUCHED_GPUS:
-        return ev["gpus_never_used"] > (share or 0.0) * sampled
-    if rule.kind == MULTINODE_IDLE:
-        idle_nodes = ev["idle_nodes"] > (share or 0.0) * ev["nodes_sampled"]
-        rdma = ev["rdma_bytes_per_node_hour"]
-        return idle_nodes or (rdma is not None and rdma < rule.min_rdma_bytes_per_node_hour)
-    # UNDER_REQUEST: utilisation, or the share of the requested GPUs doing anything
-    used = (sampled - ev["idle_gpus"]) / job["num_gpus"]
-    return (ev["mean_util"] or 0.0) < rule.request_share or used < rule.request_share
