@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +48,7 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies detail
         out["detail"] = json.dumps(self.detail, sort_keys=True, default=str)
         return out
 

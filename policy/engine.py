@@ -93,7 +93,7 @@ class Engine:
             ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
             decisions = []
             running: set[tuple[str, str, str]] = set()
-            evaluator = Evaluator(con, now, self.settings.max_data_age_s)
+            evaluator = Evaluator(con, now, self.settings.max_data_age_s, self.rules)
             for rule in self.rules:
                 for verdict in evaluator.verdicts(rule, remembered_only=not fine_jobs):
                     running.add(verdict.key)

@@ -10,7 +10,7 @@ small for closed days and live for today.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -39,21 +39,40 @@ WHERE end_time IS NULL AND start_time IS NOT NULL AND start_time <= $now
 """
 
 
-def _per_gpu_sql(since_start: bool) -> str:
-    """Per job and GPU over the rule's span: mean and peak utilisation, samples, newest."""
-    if since_start:
-        return f"""
-        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
-               sum(samples) AS samples, sum(idle_samples) AS idle_samples, max(last_ts) AS newest
-        FROM job_gpu_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
+# Per-GPU figures over a span; `parts` is rows of (cluster, job_id, node, gpu_index, util_sum,
+# util_max, samples, idle_samples, newest) that add up to the span.
+PER_GPU_SQL = """
+SELECT cluster, job_id, node, gpu_index,
+       sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
+       sum(samples) AS samples, sum(idle_samples) AS idle_samples, max(newest) AS newest
+FROM ({parts}) GROUP BY ALL"""
+
+
+def _samples_sql(edges: int) -> str:
+    """One pass over the running jobs' raw GPU samples from `$from` on, per GPU and `part`:
+    -1 after `$now`, else how many of the ascending window starts `$w0`..`$w{edges-1}` the sample
+    is newer than, so a sliding window's figures are the parts at or above its index + 1, and
+    the since-start figures all of them."""
+    newer = " + ".join(f"(ts > $w{i})::INT" for i in range(edges)) or "0"
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               avg(util) AS mean_util, max(util) AS max_util, count(*) AS samples,
+               CASE WHEN ts > $now THEN -1 ELSE {newer} END AS part,
+               sum(util) AS util_sum, max(util) AS util_max, count(*) AS samples,
                count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest
         FROM gpu_samples
-        WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
+        WHERE ts >= $from AND job_id IN (SELECT job_id FROM running)
         GROUP BY ALL"""
+
+
+# The since-start figures of the days before `$today`: their stored rollups (exact, small).
+EARLIER_DAYS_SQL = f"""
+        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
+               util_sum, util_max, samples, idle_samples, last_ts AS newest
+        FROM job_gpu_usage WHERE day < $today AND job_id IN (SELECT job_id FROM running)"""
+
+PARTS_COLUMNS = (
+    "cluster, job_id, node, gpu_index, util_sum, util_max, samples, idle_samples, newest"
+)
 
 
 def _rdma_sql(since_start: bool) -> str:
@@ -233,13 +252,27 @@ def open_round(
 class Evaluator:
     """Rules' verdicts over one round's connection. The running jobs, and each distinct span's
     per-GPU and RDMA figures, are computed once and shared by the rules that read them; the
-    verdicts are SQL, so Python only meets the jobs it is handed."""
+    verdicts are SQL, so Python only meets the jobs it is handed.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, now: datetime, max_data_age_s: float):
+    Today's raw GPU samples are read once: that pass serves the since-start figures (with the
+    earlier days' rollups) and every sliding window of `rules` that begins today. A window
+    reaching into an earlier day, or of a rule not given here, reads the raw samples itself."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        now: datetime,
+        max_data_age_s: float,
+        rules: list[Rule] | tuple[Rule, ...] = (),
+    ):
         self.con = con
         self.now = now
         self.max_data_age_s = max_data_age_s
+        self.today = datetime.combine(now.astimezone(UTC).date(), time(), UTC)
+        starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
+        self.windows = sorted(start for start in starts if start >= self.today)
         self._spans: dict[datetime | None, tuple[str, str]] = {}
+        self._today_pass: str | None = None
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
         # (job, rule) pairs the trail remembers: their ladders may need a step while fine
         con.execute(
@@ -250,7 +283,7 @@ class Evaluator:
     def verdicts(self, rule: Rule, remembered_only: bool = False) -> list[Verdict]:
         """The rule's verdict on each running job it applies to; with `remembered_only`, only
         on those it does not find fine or whose (job, rule) the trail remembers."""
-        since_start = rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
+        since_start = _since_start(rule)
         gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
         sql = verdict_sql(figures_sql(gpu, rdma))
         rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
@@ -303,7 +336,40 @@ class Evaluator:
             gpu, rdma = f"gpu_{len(self._spans)}", f"rdma_{len(self._spans)}"
             since_start = window_from is None
             params = {} if since_start else {"now": self.now, "window_from": window_from}
-            self.con.execute(f"CREATE TEMP TABLE {gpu} AS {_per_gpu_sql(since_start)}", params)
+            sql, gpu_params = self._per_gpu(window_from)
+            self.con.execute(f"CREATE TEMP TABLE {gpu} AS {sql}", gpu_params)
             self.con.execute(f"CREATE TEMP TABLE {rdma} AS {_rdma_sql(since_start)}", params)
             self._spans[window_from] = (gpu, rdma)
         return self._spans[window_from]
+
+    def _per_gpu(self, window_from: datetime | None) -> tuple[str, dict[str, Any]]:
+        """The per-GPU figures' SQL of a span and its parameters, from today's pass where
+        that covers the span."""
+        if window_from is None:
+            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()}"
+            (first_start,) = self.con.execute("SELECT min(start_time) FROM running").fetchone()
+            if first_start is None or first_start >= self.today:
+                return PER_GPU_SQL.format(parts=parts), {}
+            parts = f"{EARLIER_DAYS_SQL} UNION ALL {parts}"
+            return PER_GPU_SQL.format(parts=parts), {"today": self.today.date()}
+        if window_from in self.windows:
+            part = self.windows.index(window_from) + 1
+            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE part >= {part}"
+            return PER_GPU_SQL.format(parts=parts), {}
+        parts = f"SELECT {PARTS_COLUMNS} FROM ({_samples_sql(1)}) WHERE part = 1"
+        params = {"now": self.now, "from": window_from, "w0": window_from}
+        return PER_GPU_SQL.format(parts=parts), params
+
+    def _today(self) -> str:
+        """The temp table of today's one pass over the raw samples (made on first use)."""
+        if self._today_pass is None:
+            params = {"now": self.now, "from": self.today}
+            params |= {f"w{i}": start for i, start in enumerate(self.windows)}
+            sql = _samples_sql(len(self.windows))
+            self.con.execute(f"CREATE TEMP TABLE today_samples AS {sql}", params)
+            self._today_pass = "today_samples"
+        return self._today_pass
+
+
+def _since_start(rule: Rule) -> bool:
+    return rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
