@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -25,7 +26,9 @@ from policy.rules import (
     Rule,
 )
 from warehouse.analytics import HOME_CLUSTER, numeric_job_order
-from warehouse.rollups import IDLE_SAMPLE_UTIL
+from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
+from warehouse.schema import table
+from warehouse.sql import source_sql, sql_list
 from warehouse.store import Warehouse
 
 VIOLATING, OK, EXEMPT, STALE = "violating", "ok", "exempt", "stale"
@@ -48,6 +51,14 @@ SELECT cluster, job_id, node, gpu_index,
 FROM ({parts}) GROUP BY ALL"""
 
 
+# Per GPU: the sums a span's figures add up from (as the `job_gpu_usage` rollup keeps them).
+GPU_SUMS = f"""sum(util) AS util_sum, max(util) AS util_max, count(*) AS samples,
+    count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest"""
+# A part's columns, NULL clusters read as the warehouse's only one (after the grouping).
+PARTS_COLUMNS = f"""coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
+    util_sum, util_max, samples, idle_samples, newest"""
+
+
 def _samples_sql(edges: int) -> str:
     """One pass over the running jobs' raw GPU samples from `$from` on, per GPU and `part`:
     -1 after `$now`, else how many of the ascending window starts `$w0`..`$w{edges-1}` the sample
@@ -55,24 +66,40 @@ def _samples_sql(edges: int) -> str:
     the since-start figures all of them."""
     newer = " + ".join(f"(ts > $w{i})::INT" for i in range(edges)) or "0"
     return f"""
-        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               CASE WHEN ts > $now THEN -1 ELSE {newer} END AS part,
-               sum(util) AS util_sum, max(util) AS util_max, count(*) AS samples,
-               count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest
+        SELECT cluster, job_id, node, gpu_index,
+               CASE WHEN ts > $now THEN -1 ELSE {newer} END AS part, {GPU_SUMS}
         FROM gpu_samples
         WHERE ts >= $from AND job_id IN (SELECT job_id FROM running)
         GROUP BY ALL"""
 
 
-# The since-start figures of the days before `$today`: their stored rollups (exact, small).
-EARLIER_DAYS_SQL = f"""
-        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               util_sum, util_max, samples, idle_samples, last_ts AS newest
-        FROM job_gpu_usage WHERE day < $today AND job_id IN (SELECT job_id FROM running)"""
+def _earlier_days(
+    warehouse: Warehouse, con: duckdb.DuckDBPyConnection, first: date, today: date
+) -> None:
+    """View `earlier_gpu_usage`: the per-GPU sums of the days from `first` to before `today`,
+    from their stored rollups, or their raw samples where a day is not rolled up yet. Today's
+    samples are the round's own pass (`_samples_sql`), so they are never aggregated twice."""
+    rollup = ROLLUPS["job_gpu_usage"]
+    stored: list[Path] = []
+    hot: list[Path] = []
+    if first < today:
+        raw = [f for f in warehouse.live_files(rollup.source) if f.day and first <= f.day < today]
+        rolled, live = warehouse.rollup_sources(rollup, raw)
+        stored = [f.path for f in rolled if f.day and first <= f.day < today]
+        hot = [f.path for f in live]
+    samples = source_sql(con, table(rollup.source), hot)
+    query = f"""SELECT cluster, job_id, node, gpu_index, {GPU_SUMS}
+        FROM {samples} WHERE job_id IS NOT NULL GROUP BY ALL"""
+    if stored:
+        query = f"""SELECT cluster, job_id, node, gpu_index, util_sum, util_max, samples,
+               idle_samples, last_ts AS newest FROM read_parquet({sql_list(stored)})
+        UNION ALL {query}"""
+    con.execute(f"CREATE VIEW earlier_gpu_usage AS {query}")
 
-PARTS_COLUMNS = (
-    "cluster, job_id, node, gpu_index, util_sum, util_max, samples, idle_samples, newest"
-)
+
+# The since-start figures of the days before today.
+EARLIER_DAYS_SQL = f"""SELECT {PARTS_COLUMNS} FROM earlier_gpu_usage
+    WHERE job_id IN (SELECT job_id FROM running)"""
 
 
 def _rdma_sql(since_start: bool) -> str:
@@ -239,7 +266,7 @@ def open_round(
         for rule in rules
     ]
     samples_from = min(starts, default=now).astimezone(UTC).date()
-    return warehouse.connect(
+    con = warehouse.connect(
         {
             "jobs": None,
             "gpu_samples": samples_from,
@@ -247,6 +274,8 @@ def open_round(
             "policy_events": min(history_from, first_start.astimezone(UTC).date()),
         }
     )
+    _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+    return con
 
 
 class Evaluator:
@@ -346,12 +375,8 @@ class Evaluator:
         """The per-GPU figures' SQL of a span and its parameters, from today's pass where
         that covers the span."""
         if window_from is None:
-            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()}"
-            (first_start,) = self.con.execute("SELECT min(start_time) FROM running").fetchone()
-            if first_start is None or first_start >= self.today:
-                return PER_GPU_SQL.format(parts=parts), {}
-            parts = f"{EARLIER_DAYS_SQL} UNION ALL {parts}"
-            return PER_GPU_SQL.format(parts=parts), {"today": self.today.date()}
+            parts = f"{EARLIER_DAYS_SQL} UNION ALL SELECT {PARTS_COLUMNS} FROM {self._today()}"
+            return PER_GPU_SQL.format(parts=parts), {}
         if window_from in self.windows:
             part = self.windows.index(window_from) + 1
             parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE part >= {part}"
