@@ -51,6 +51,7 @@ SELECT cluster, job_id, node, gpu_index,
 FROM ({parts}) GROUP BY ALL"""
 
 
+RUNNING_ONLY = "job_id IN (SELECT job_id FROM running)"
 # Per GPU: the sums a span's figures add up from (as the `job_gpu_usage` rollup keeps them).
 GPU_SUMS = f"""sum(util) AS util_sum, max(util) AS util_max, count(*) AS samples,
     count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest"""
@@ -60,7 +61,8 @@ PARTS_COLUMNS = f"""coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, 
 
 
 def _samples_sql(edges: int) -> str:
-    """One pass over the running jobs' raw GPU samples from `$from` on, per GPU and `part`:
+    """One pass over the jobs' raw GPU samples from `$from` on, per GPU and `part` (readers keep
+    the running jobs': a join per group, not per sample):
     -1 after `$now`, else how many of the ascending window starts `$w0`..`$w{edges-1}` the sample
     is newer than, so a sliding window's figures are the parts at or above its index + 1, and
     the since-start figures all of them."""
@@ -69,7 +71,7 @@ def _samples_sql(edges: int) -> str:
         SELECT cluster, job_id, node, gpu_index,
                CASE WHEN ts > $now THEN -1 ELSE {newer} END AS part, {GPU_SUMS}
         FROM gpu_samples
-        WHERE ts >= $from AND job_id IN (SELECT job_id FROM running)
+        WHERE ts >= $from AND job_id IS NOT NULL
         GROUP BY ALL"""
 
 
@@ -98,8 +100,7 @@ def _earlier_days(
 
 
 # The since-start figures of the days before today.
-EARLIER_DAYS_SQL = f"""SELECT {PARTS_COLUMNS} FROM earlier_gpu_usage
-    WHERE job_id IN (SELECT job_id FROM running)"""
+EARLIER_DAYS_SQL = f"SELECT {PARTS_COLUMNS} FROM earlier_gpu_usage WHERE {RUNNING_ONLY}"
 
 
 def _rdma_sql(since_start: bool) -> str:
@@ -375,13 +376,15 @@ class Evaluator:
         """The per-GPU figures' SQL of a span and its parameters, from today's pass where
         that covers the span."""
         if window_from is None:
-            parts = f"{EARLIER_DAYS_SQL} UNION ALL SELECT {PARTS_COLUMNS} FROM {self._today()}"
+            today = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE {RUNNING_ONLY}"
+            parts = f"{EARLIER_DAYS_SQL} UNION ALL {today}"
             return PER_GPU_SQL.format(parts=parts), {}
         if window_from in self.windows:
             part = self.windows.index(window_from) + 1
-            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE part >= {part}"
+            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE {RUNNING_ONLY}"
+            parts += f" AND part >= {part}"
             return PER_GPU_SQL.format(parts=parts), {}
-        parts = f"SELECT {PARTS_COLUMNS} FROM ({_samples_sql(1)}) WHERE part = 1"
+        parts = f"SELECT {PARTS_COLUMNS} FROM ({_samples_sql(1)}) WHERE {RUNNING_ONLY} AND part = 1"
         params = {"now": self.now, "from": window_from, "w0": window_from}
         return PER_GPU_SQL.format(parts=parts), params
 
