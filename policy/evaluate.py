@@ -2,9 +2,11 @@
 
 Only what a round needs is opened: the `jobs` records, and the sample days from the earliest
 window (or the earliest running job's start, for since-start rules) on, through
-`Warehouse.connect(days_from=...)`. Sliding windows read raw `gpu_samples` / `rdma_samples`;
-since-start figures come from the per-day rollups (`job_gpu_usage`, `job_rdma_usage`), which are
-small for closed days and live for today.
+`Warehouse.connect(days_from=...)`. Today's raw `gpu_samples` are read in one pass that serves
+both the sliding windows starting today and the since-start figures; earlier days come from
+their stored rollups (`job_gpu_usage`, only the columns a verdict reads). RDMA figures read
+`rdma_samples` (sliding) and `job_rdma_usage` (since start). Verdicts and exemptions are SQL too,
+so a round hands Python only the jobs that need a decision.
 """
 
 from __future__ import annotations
