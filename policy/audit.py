@@ -48,9 +48,7 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        # Field by field, not dataclasses.asdict: that deep-copies every detail first, which
-        # was most of a 10,000-job round's time.
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies detail
         out["detail"] = json.dumps(self.detail, sort_keys=True, default=str)
         return out
 

@@ -81,8 +81,10 @@ class Engine:
         self.actor = actor
         self.quiet = QuietHours(settings.quiet_hours, settings.timezone)
 
-    def decide(self, now: datetime | None = None) -> list[Decision]:
-        """Every (job, rule) step this round would take; nothing is sent, done or recorded."""
+    def decide(self, now: datetime | None = None, fine_jobs: bool = True) -> list[Decision]:
+        """Every (job, rule) step this round would take; nothing is sent, done or recorded.
+        Without `fine_jobs`, a job a rule finds fine gets a decision only when the trail
+        remembers the pair (a ladder to end, a verdict to change): what a round needs."""
         now = now or datetime.now(UTC)
         period = timedelta(seconds=self.settings.user_message_period_s)
         con = open_round(self.warehouse, self.rules, now, (now - period).date())
@@ -91,9 +93,9 @@ class Engine:
             ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
             decisions = []
             running: set[tuple[str, str, str]] = set()
-            evaluator = Evaluator(con, now, self.settings.max_data_age_s)
+            evaluator = Evaluator(con, now, self.settings.max_data_age_s, self.rules)
             for rule in self.rules:
-                for verdict in evaluator.verdicts(rule):
+                for verdict in evaluator.verdicts(rule, remembered_only=not fine_jobs):
                     running.add(verdict.key)
                     decisions.append(ladder.decide(verdict))
             decisions += self._gone(con, ladder, running)
@@ -102,9 +104,10 @@ class Engine:
             con.close()
 
     def run(self, now: datetime | None = None) -> Round:
-        """One round: decide, then send, cancel and record every outcome in one commit."""
+        """One round: decide, then send, cancel and record every outcome in one commit. Jobs
+        that are fine and that the trail does not remember are left out: nothing to do."""
         now = now or datetime.now(UTC)
-        decisions = self.decide(now)
+        decisions = self.decide(now, fine_jobs=False)
         live = self._live() if any(d.action == CANCEL for d in decisions) else None
         events = [e for d in decisions for e in self._act(d, now, live)]
         record(self.warehouse, events)

@@ -2,15 +2,19 @@
 
 Only what a round needs is opened: the `jobs` records, and the sample days from the earliest
 window (or the earliest running job's start, for since-start rules) on, through
-`Warehouse.connect(days_from=...)`. Sliding windows read raw `gpu_samples` / `rdma_samples`;
-since-start figures come from the per-day rollups (`job_gpu_usage`, `job_rdma_usage`), which are
-small for closed days and live for today.
+`Warehouse.connect(days_from=...)`. Today's raw `gpu_samples` are read in one pass that serves
+both the sliding windows starting today and the since-start figures; earlier days come from
+their stored rollups (`job_gpu_usage`, only the columns a verdict reads). RDMA figures read
+`rdma_samples` (sliding) and `job_rdma_usage` (since start). Verdicts and exemptions are SQL too,
+so a round hands Python only the jobs that need a decision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time
+from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -24,7 +28,9 @@ from policy.rules import (
     Rule,
 )
 from warehouse.analytics import HOME_CLUSTER, numeric_job_order
-from warehouse.rollups import IDLE_SAMPLE_UTIL
+from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
+from warehouse.schema import table
+from warehouse.sql import source_sql, sql_list
 from warehouse.store import Warehouse
 
 VIOLATING, OK, EXEMPT, STALE = "violating", "ok", "exempt", "stale"
@@ -38,21 +44,65 @@ WHERE end_time IS NULL AND start_time IS NOT NULL AND start_time <= $now
 """
 
 
-def _per_gpu_sql(since_start: bool) -> str:
-    """Per job and GPU over the rule's span: mean and peak utilisation, samples, newest."""
-    if since_start:
-        return f"""
-        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
-               sum(samples) AS samples, max(last_ts) AS newest
-        FROM job_gpu_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
+# Per-GPU figures over a span; `parts` is rows of (cluster, job_id, node, gpu_index, util_sum,
+# util_max, samples, idle_samples, newest) that add up to the span.
+PER_GPU_SQL = """
+SELECT cluster, job_id, node, gpu_index,
+       sum(util_sum) / nullif(sum(samples), 0) AS mean_util, max(util_max) AS max_util,
+       sum(samples) AS samples, sum(idle_samples) AS idle_samples, max(newest) AS newest
+FROM ({parts}) GROUP BY ALL"""
+
+
+RUNNING_ONLY = "job_id IN (SELECT job_id FROM running)"
+# Per GPU: the sums a span's figures add up from (as the `job_gpu_usage` rollup keeps them).
+GPU_SUMS = f"""sum(util) AS util_sum, max(util) AS util_max, count(*) AS samples,
+    count(*) FILTER (WHERE util < {IDLE_SAMPLE_UTIL}) AS idle_samples, max(ts) AS newest"""
+# A part's columns, NULL clusters read as the warehouse's only one (after the grouping).
+PARTS_COLUMNS = f"""coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
+    util_sum, util_max, samples, idle_samples, newest"""
+
+
+def _samples_sql(edges: int) -> str:
+    """One pass over the jobs' raw GPU samples from `$from` on, per GPU and `part` (readers keep
+    the running jobs': a join per group, not per sample):
+    -1 after `$now`, else how many of the ascending window starts `$w0`..`$w{edges-1}` the sample
+    is newer than, so a sliding window's figures are the parts at or above its index + 1, and
+    the since-start figures all of them."""
+    newer = " + ".join(f"(ts > $w{i})::INT" for i in range(edges)) or "0"
     return f"""
-        SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-               avg(util) AS mean_util, max(util) AS max_util, count(*) AS samples,
-               max(ts) AS newest
+        SELECT cluster, job_id, node, gpu_index,
+               CASE WHEN ts > $now THEN -1 ELSE {newer} END AS part, {GPU_SUMS}
         FROM gpu_samples
-        WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
+        WHERE ts >= $from AND job_id IS NOT NULL
         GROUP BY ALL"""
+
+
+def _earlier_days(
+    warehouse: Warehouse, con: duckdb.DuckDBPyConnection, first: date, today: date
+) -> None:
+    """View `earlier_gpu_usage`: the per-GPU sums of the days from `first` to before `today`,
+    from their stored rollups, or their raw samples where a day is not rolled up yet. Today's
+    samples are the round's own pass (`_samples_sql`), so they are never aggregated twice."""
+    rollup = ROLLUPS["job_gpu_usage"]
+    stored: list[Path] = []
+    hot: list[Path] = []
+    if first < today:
+        raw = [f for f in warehouse.live_files(rollup.source) if f.day and first <= f.day < today]
+        rolled, live = warehouse.rollup_sources(rollup, raw)
+        stored = [f.path for f in rolled if f.day and first <= f.day < today]
+        hot = [f.path for f in live]
+    samples = source_sql(con, table(rollup.source), hot)
+    query = f"""SELECT cluster, job_id, node, gpu_index, {GPU_SUMS}
+        FROM {samples} WHERE job_id IS NOT NULL GROUP BY ALL"""
+    if stored:
+        query = f"""SELECT cluster, job_id, node, gpu_index, util_sum, util_max, samples,
+               idle_samples, last_ts AS newest FROM read_parquet({sql_list(stored)})
+        UNION ALL {query}"""
+    con.execute(f"CREATE VIEW earlier_gpu_usage AS {query}")
+
+
+# The since-start figures of the days before today.
+EARLIER_DAYS_SQL = f"SELECT {PARTS_COLUMNS} FROM earlier_gpu_usage WHERE {RUNNING_ONLY}"
 
 
 def _rdma_sql(since_start: bool) -> str:
@@ -86,6 +136,7 @@ per_job AS (
            count(*) FILTER (WHERE mean_util < $threshold) AS idle_gpus,
            count(*) FILTER (WHERE max_util < {IDLE_SAMPLE_UTIL}) AS gpus_never_used,
            sum(mean_util * samples) / nullif(sum(samples), 0) AS mean_util,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            max(newest) AS newest_sample
     FROM {gpu} GROUP BY ALL
 ),
@@ -94,7 +145,8 @@ nodes AS (
     FROM per_node GROUP BY ALL
 )
 SELECT r.*, epoch($now - r.start_time) AS run_s,
-       p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.newest_sample,
+       p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.idle_share,
+       p.newest_sample,
        n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes
 FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id
@@ -118,6 +170,85 @@ class Verdict:
         return (self.job["cluster"], self.job["job_id"], self.rule.name)
 
 
+# The figures a verdict rests on (a message's evidence), computed next to the verdict.
+EVIDENCE = (
+    "mean_util",
+    "idle_share",  # of the samples (the messages' efficiency table)
+    "gpus_sampled",
+    "idle_gpus",
+    "gpus_never_used",
+    "nodes_sampled",
+    "idle_nodes",
+    "rdma_bytes_per_node_hour",
+    "hours",
+    "newest_sample",
+)
+
+
+def verdict_sql(figures: str) -> str:
+    """Each job's evidence and outcome under one rule, from `figures_sql`'s rows.
+
+    `$remembered_only`: leave out the jobs the rule finds fine unless the trail remembers the
+    (job, rule): a round needs no word about them, `check` lists them all."""
+    return f"""
+WITH figures AS ({figures}),
+evidence AS (
+    SELECT *,
+           coalesce(gpus_sampled, 0) AS gpus_n, coalesce(idle_gpus, 0) AS idle_n,
+           coalesce(gpus_never_used, 0) AS never_n, coalesce(nodes_sampled, 0) AS nodes_n,
+           coalesce(idle_nodes, 0) AS idle_nodes_n,
+           CASE WHEN $span_h::DOUBLE IS NULL THEN run_s / 3600
+                ELSE least($span_h::DOUBLE, run_s / 3600) END AS span_hours
+    FROM figures
+    WHERE num_gpus > 0 AND (NOT $multinode OR coalesce(num_nodes, 1) >= 2)
+),
+judged AS (
+    SELECT *,
+           CASE WHEN rdma_bytes IS NOT NULL AND span_hours <> 0
+                THEN rdma_bytes / (coalesce(num_nodes, 1) * span_hours) END AS rdma_bph
+    FROM evidence
+),
+verdicts AS (
+    SELECT *,
+           CASE
+           WHEN list_contains($exempt_users::VARCHAR[], "user")
+             OR list_contains($exempt_accounts::VARCHAR[], account)
+             OR list_contains($exempt_partitions::VARCHAR[], partition)
+             OR list_contains($exempt_qos::VARCHAR[], qos)
+             OR list_contains($exempt_names::VARCHAR[], coalesce(name, ''))
+             OR (coalesce(interactive, false) AND $interactive_s > 0
+                 AND time_limit_s < $interactive_s)
+               THEN '{EXEMPT}'
+           WHEN run_s < $needed_s THEN '{OK}'  -- too young to judge
+           WHEN newest_sample IS NULL OR epoch($now - newest_sample) > $max_age_s
+               THEN '{STALE}'
+           WHEN CASE $kind
+                WHEN '{IDLE_GPUS}' THEN CASE WHEN $share::DOUBLE IS NULL THEN idle_n = gpus_n
+                                             ELSE idle_n > $share::DOUBLE * gpus_n END
+                WHEN '{UNTOUCHED_GPUS}' THEN never_n > coalesce($share::DOUBLE, 0.0) * gpus_n
+                WHEN '{MULTINODE_IDLE}' THEN idle_nodes_n > coalesce($share::DOUBLE, 0.0) * nodes_n
+                    OR (rdma_bph IS NOT NULL AND rdma_bph < $min_rdma)
+                -- under_request: utilisation, or the share of the requested GPUs doing anything
+                ELSE coalesce(mean_util, 0.0) < $request_share
+                    OR (gpus_n - idle_n) / num_gpus < $request_share
+                END
+               THEN '{VIOLATING}'
+           ELSE '{OK}'
+           END AS outcome
+    FROM judged
+)
+SELECT * EXCLUDE (gpus_sampled, idle_gpus, gpus_never_used, nodes_sampled, idle_nodes,
+                  gpus_n, idle_n, never_n, nodes_n, idle_nodes_n, span_hours, rdma_bph),
+       gpus_n AS gpus_sampled, idle_n AS idle_gpus, never_n AS gpus_never_used,
+       nodes_n AS nodes_sampled, idle_nodes_n AS idle_nodes, span_hours AS hours,
+       rdma_bph AS rdma_bytes_per_node_hour
+FROM verdicts
+WHERE NOT $remembered_only OR outcome <> '{OK}'
+   OR EXISTS (SELECT 1 FROM remembered m
+              WHERE m.cluster = verdicts.cluster AND m.job_id = verdicts.job_id AND m.rule = $rule)
+"""
+
+
 def open_round(
     warehouse: Warehouse, rules: list[Rule], now: datetime, history_from: date
 ) -> duckdb.DuckDBPyConnection:
@@ -138,7 +269,7 @@ def open_round(
         for rule in rules
     ]
     samples_from = min(starts, default=now).astimezone(UTC).date()
-    return warehouse.connect(
+    con = warehouse.connect(
         {
             "jobs": None,
             "gpu_samples": samples_from,
@@ -146,34 +277,89 @@ def open_round(
             "policy_events": min(history_from, first_start.astimezone(UTC).date()),
         }
     )
+    _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+    return con
 
 
 class Evaluator:
     """Rules' verdicts over one round's connection. The running jobs, and each distinct span's
-    per-GPU and RDMA figures, are computed once and shared by the rules that read them."""
+    per-GPU and RDMA figures, are computed once and shared by the rules that read them; the
+    verdicts are SQL, so Python only meets the jobs it is handed.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, now: datetime, max_data_age_s: float):
+    Today's raw GPU samples are read once: that pass serves the since-start figures (with the
+    earlier days' rollups) and every sliding window of `rules` that begins today. A window
+    reaching into an earlier day, or of a rule not given here, reads the raw samples itself."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        now: datetime,
+        max_data_age_s: float,
+        rules: list[Rule] | tuple[Rule, ...] = (),
+    ):
         self.con = con
         self.now = now
         self.max_data_age_s = max_data_age_s
+        self.today = datetime.combine(now.astimezone(UTC).date(), time(), UTC)
+        starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
+        self.windows = sorted(start for start in starts if start >= self.today)
         self._spans: dict[datetime | None, tuple[str, str]] = {}
+        self._today_pass: str | None = None
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
+        # (job, rule) pairs the trail remembers: their ladders may need a step while fine
+        con.execute(
+            """CREATE TEMP TABLE remembered AS SELECT DISTINCT cluster, job_id, rule
+            FROM policy_events WHERE rule IS NOT NULL AND job_id IN (SELECT job_id FROM running)"""
+        )
 
-    def verdicts(self, rule: Rule) -> list[Verdict]:
-        """The rule's verdict on each running job it applies to."""
-        since_start = rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
+    def verdicts(self, rule: Rule, remembered_only: bool = False) -> list[Verdict]:
+        """The rule's verdict on each running job it applies to; with `remembered_only`, only
+        on those it does not find fine or whose (job, rule) the trail remembers."""
+        since_start = _since_start(rule)
         gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
-        params = {"now": self.now, "threshold": rule.threshold}
-        rows = self.con.sql(figures_sql(gpu, rdma), params=params).to_arrow_table().to_pylist()
-        span_h = None if since_start else rule.minutes / 60
+        sql = verdict_sql(figures_sql(gpu, rdma))
+        rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
         verdicts = []
-        for job in rows:
-            if not _applies(rule, job):
-                continue
-            evidence = _evidence(job, span_h)
-            outcome = _outcome(rule, job, evidence, self.now, self.max_data_age_s)
-            verdicts.append(Verdict(rule, job, outcome, evidence))
+        for job in rel.to_arrow_table().to_pylist():
+            evidence = {k: job[k] for k in EVIDENCE}
+            verdicts.append(Verdict(rule, job, job.pop("outcome"), evidence))
         return verdicts
+
+    def _params(self, rule: Rule, since_start: bool, remembered_only: bool) -> dict[str, Any]:
+        needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
+        interactive_s = rule.exempt_interactive_hours * 3600
+        return {
+            "now": self.now,
+            "threshold": rule.threshold,
+            "rule": rule.name,
+            "kind": rule.kind,
+            "multinode": rule.kind == MULTINODE_IDLE,
+            "span_h": None if since_start else rule.minutes / 60,
+            "needed_s": needed_s,
+            "max_age_s": self.max_data_age_s,
+            "share": rule.idle_gpu_share,
+            "min_rdma": rule.min_rdma_bytes_per_node_hour,
+            "request_share": rule.request_share,
+            "exempt_users": rule.exempt_users,
+            "exempt_accounts": rule.exempt_accounts,
+            "exempt_partitions": rule.exempt_partitions,
+            "exempt_qos": rule.exempt_qos,
+            "exempt_names": self._names_matching(rule.exempt_names),
+            "interactive_s": interactive_s,
+            "remembered_only": remembered_only,
+        }
+
+    def _names_matching(self, patterns: list[str]) -> list[str]:
+        """The running jobs' names that match a pattern (fnmatch, as users write them)."""
+        if not patterns:
+            return []
+        names = [
+            n
+            for (n,) in self.con.execute(
+                "SELECT DISTINCT coalesce(name, '') FROM running"
+            ).fetchall()
+        ]
+        return [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
 
     def _span(self, window_from: datetime | None) -> tuple[str, str]:
         """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each
@@ -182,61 +368,38 @@ class Evaluator:
             gpu, rdma = f"gpu_{len(self._spans)}", f"rdma_{len(self._spans)}"
             since_start = window_from is None
             params = {} if since_start else {"now": self.now, "window_from": window_from}
-            self.con.execute(f"CREATE TEMP TABLE {gpu} AS {_per_gpu_sql(since_start)}", params)
+            sql, gpu_params = self._per_gpu(window_from)
+            self.con.execute(f"CREATE TEMP TABLE {gpu} AS {sql}", gpu_params)
             self.con.execute(f"CREATE TEMP TABLE {rdma} AS {_rdma_sql(since_start)}", params)
             self._spans[window_from] = (gpu, rdma)
         return self._spans[window_from]
 
+    def _per_gpu(self, window_from: datetime | None) -> tuple[str, dict[str, Any]]:
+        """The per-GPU figures' SQL of a span and its parameters, from today's pass where
+        that covers the span."""
+        if window_from is None:
+            today = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE {RUNNING_ONLY}"
+            parts = f"{EARLIER_DAYS_SQL} UNION ALL {today}"
+            return PER_GPU_SQL.format(parts=parts), {}
+        if window_from in self.windows:
+            part = self.windows.index(window_from) + 1
+            parts = f"SELECT {PARTS_COLUMNS} FROM {self._today()} WHERE {RUNNING_ONLY}"
+            parts += f" AND part >= {part}"
+            return PER_GPU_SQL.format(parts=parts), {}
+        parts = f"SELECT {PARTS_COLUMNS} FROM ({_samples_sql(1)}) WHERE {RUNNING_ONLY} AND part = 1"
+        params = {"now": self.now, "from": window_from, "w0": window_from}
+        return PER_GPU_SQL.format(parts=parts), params
 
-def _applies(rule: Rule, job: dict[str, Any]) -> bool:
-    if not job["num_gpus"]:
-        return False
-    return rule.kind != MULTINODE_IDLE or (job["num_nodes"] or 1) >= 2
-
-
-def _evidence(job: dict[str, Any], span_h: float | None) -> dict[str, Any]:
-    hours = min(span_h, job["run_s"] / 3600) if span_h is not None else job["run_s"] / 3600
-    nodes = job["num_nodes"] or 1
-    rdma = job["rdma_bytes"]
-    return {
-        "mean_util": job["mean_util"],
-        "gpus_sampled": job["gpus_sampled"] or 0,
-        "idle_gpus": job["idle_gpus"] or 0,
-        "gpus_never_used": job["gpus_never_used"] or 0,
-        "nodes_sampled": job["nodes_sampled"] or 0,
-        "idle_nodes": job["idle_nodes"] or 0,
-        "rdma_bytes_per_node_hour": rdma / (nodes * hours) if rdma is not None and hours else None,
-        "hours": hours,
-        "newest_sample": job["newest_sample"],
-    }
-
-
-def _outcome(
-    rule: Rule, job: dict[str, Any], ev: dict[str, Any], now: datetime, max_age_s: float
-) -> str:
-    if rule.exemption(job, now):
-        return EXEMPT
-    needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
-    if job["run_s"] < needed_s:
-        return OK  # too young to judge
-    newest = ev["newest_sample"]
-    if newest is None or (now - newest) > timedelta(seconds=max_age_s):
-        return STALE
-    return VIOLATING if _violates(rule, ev, job) else OK
+    def _today(self) -> str:
+        """The temp table of today's one pass over the raw samples (made on first use)."""
+        if self._today_pass is None:
+            params = {"now": self.now, "from": self.today}
+            params |= {f"w{i}": start for i, start in enumerate(self.windows)}
+            sql = _samples_sql(len(self.windows))
+            self.con.execute(f"CREATE TEMP TABLE today_samples AS {sql}", params)
+            self._today_pass = "today_samples"
+        return self._today_pass
 
 
-def _violates(rule: Rule, ev: dict[str, Any], job: dict[str, Any]) -> bool:
-    sampled, share = ev["gpus_sampled"], rule.idle_gpu_share
-    if rule.kind == IDLE_GPUS:
-        if share is None:
-            return ev["idle_gpus"] == sampled
-        return ev["idle_gpus"] > share * sampled
-    if rule.kind == UNTOUCHED_GPUS:
-        return ev["gpus_never_used"] > (share or 0.0) * sampled
-    if rule.kind == MULTINODE_IDLE:
-        idle_nodes = ev["idle_nodes"] > (share or 0.0) * ev["nodes_sampled"]
-        rdma = ev["rdma_bytes_per_node_hour"]
-        return idle_nodes or (rdma is not None and rdma < rule.min_rdma_bytes_per_node_hour)
-    # UNDER_REQUEST: utilisation, or the share of the requested GPUs doing anything
-    used = (sampled - ev["idle_gpus"]) / job["num_gpus"]
-    return (ev["mean_util"] or 0.0) < rule.request_share or used < rule.request_share
+def _since_start(rule: Rule) -> bool:
+    return rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from fnmatch import fnmatchcase
-from typing import Any
 
 from policy.settings import PolicySettings
 from sing.config import ConfigError, build_section
@@ -68,27 +66,6 @@ class Rule:
     def says(self) -> str:
         """What the rule looks for, in the words of its messages."""
         return self.description or _SAYS[self.kind].format(rule=self)
-
-    def exemption(self, job: dict[str, Any], now: datetime) -> str | None:
-        """Why `job` (a `jobs` row) is exempt from this rule, or None."""
-        checks = (
-            ("user", self.exempt_users, job.get("user")),
-            ("account", self.exempt_accounts, job.get("account")),
-            ("partition", self.exempt_partitions, job.get("partition")),
-            ("qos", self.exempt_qos, job.get("qos")),
-        )
-        for what, listed, value in checks:
-            if value is not None and value in listed:
-                return f"{what} {value}"
-        name = job.get("name") or ""
-        for pattern in self.exempt_names:
-            if fnmatchcase(name, pattern):
-                return f"name matches {pattern!r}"
-        if job.get("interactive") and self.exempt_interactive_hours > 0:
-            limit = job.get("time_limit_s")
-            if limit is not None and limit < self.exempt_interactive_hours * 3600:
-                return f"interactive session under {self.exempt_interactive_hours:g} h"
-        return None
 
 
 _SAYS = {
