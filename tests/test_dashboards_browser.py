@@ -262,12 +262,18 @@ def proxied(warehouse: Path) -> Iterator[tuple[str, str]]:
             yield url, direct
 
 
+REFUSAL = "did not come through the sign-in proxy"
+
+
 def refused(page) -> bool:
-    """The page is the refusal, with no data and no page of any role."""
+    """The page is the refusal, with no data and no page of any role. A page's own URL makes
+    Streamlit run the app again once it finds no such page, so the refusal is awaited (the
+    page is judged at rest, not mid-way through that second run)."""
+    page.wait_for_function(f"() => document.body.innerText.includes({REFUSAL!r})", timeout=60_000)
     settle(page)
     text = page.inner_text("body")
     return (
-        "did not come through the sign-in proxy" in text
+        REFUSAL in text
         and page.locator('[data-testid="stMetric"]').count() == 0
         and page.locator(CHART).count() == 0
         and "Signed in as" not in text
