@@ -253,31 +253,33 @@ def open_round(
     warehouse: Warehouse, rules: list[Rule], now: datetime, history_from: date
 ) -> duckdb.DuckDBPyConnection:
     """A connection with `jobs`, the samples the rules read, and `policy_events` from
-    `history_from` (the ladder's memory), nothing older."""
-    probe = warehouse.connect({"jobs": None})
+    `history_from` (the ladder's memory), nothing older. One connection: the running jobs'
+    earliest start, read from `jobs` first, says which sample days the others need."""
+    con = warehouse.connect({"jobs": None})
     try:
-        (first_start,) = probe.execute(
+        ((first_start,),) = con.execute(
             f"SELECT min(start_time) FROM ({RUNNING_SQL})", {"now": now}
-        ).fetchone()
-    finally:
-        probe.close()
-    first_start = first_start or now
-    starts = [
-        first_start
-        if rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
-        else rule.window_start(now)
-        for rule in rules
-    ]
-    samples_from = min(starts, default=now).astimezone(UTC).date()
-    con = warehouse.connect(
-        {
-            "jobs": None,
-            "gpu_samples": samples_from,
-            "rdma_samples": samples_from,
-            "policy_events": min(history_from, first_start.astimezone(UTC).date()),
-        }
-    )
-    _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+        ).fetchall()  # all: the connection takes more views next
+        first_start = first_start or now
+        starts = [
+            first_start
+            if rule.window == SINCE_START or rule.kind == UNTOUCHED_GPUS
+            else rule.window_start(now)
+            for rule in rules
+        ]
+        samples_from = min(starts, default=now).astimezone(UTC).date()
+        warehouse.add_views(
+            con,
+            {
+                "gpu_samples": samples_from,
+                "rdma_samples": samples_from,
+                "policy_events": min(history_from, first_start.astimezone(UTC).date()),
+            },
+        )
+        _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+    except BaseException:
+        con.close()
+        raise
     return con
 
 

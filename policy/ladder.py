@@ -14,7 +14,7 @@ the warning actually goes out, so it never ends less than the grace after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -199,7 +199,7 @@ class Ladder:
             return Decision(**base, verdict=EXEMPT, evaluation=evaluation, action=action)
         if outcome == STALE:
             return Decision(**base, verdict=STALE, evaluation=evaluation)
-        return self._climb(Decision(**base, verdict=VIOLATING, evaluation=evaluation), ep)
+        return self._climb(base | {"verdict": VIOLATING, "evaluation": evaluation}, ep)
 
     def decide_gone(self, key: Key, dry_run: bool, rule: Rule, job: dict[str, Any]) -> Decision:
         """The step for a job with an open episode that is no longer running as it was."""
@@ -215,7 +215,7 @@ class Ladder:
             "start_time": ep.start_time,
         }
         if ep.cancelled and CANCELLED not in ep.sent:
-            return self._message(Decision(**base, verdict=verdict), ep, CANCELLED)
+            return self._message(base | {"verdict": verdict}, ep, CANCELLED)
         return Decision(**base, verdict=verdict, evaluation=verdict, action=LEFT_ALONE)
 
     def open_episodes(self) -> list[tuple[Key, bool]]:
@@ -226,41 +226,43 @@ class Ladder:
             if ep.active and not (ep.cancelled and CANCELLED in ep.sent)
         ]
 
-    def _climb(self, d: Decision, ep: Episode) -> Decision:
-        steps, rule = d.rule.actions, d.rule
+    def _climb(self, d: dict[str, Any], ep: Episode) -> Decision:
+        """The next step of a violating job's ladder; `d` is its decision's fields but the
+        step's (built once: thousands of jobs a round climb)."""
+        steps, rule = d["rule"].actions, d["rule"]
         if "notify" in steps and NOTIFY not in ep.sent:
             return self._message(d, ep, NOTIFY)
         if "warn" in steps and WARN not in ep.sent:
             notified = ep.sent.get(NOTIFY)
             if notified and self.now < notified + timedelta(minutes=rule.warn_after_minutes):
-                return d
+                return Decision(**d)
             return self._message(d, ep, WARN)
         if "cancel" in steps and not ep.cancelled and ep.deadline and self.now >= ep.deadline:
-            return replace(d, action=CANCEL)
+            return Decision(**d, action=CANCEL)
         if ep.cancelled and CANCELLED not in ep.sent:
             return self._message(d, ep, CANCELLED)
-        return d
+        return Decision(**d)
 
-    def _message(self, d: Decision, ep: Episode, kind: str) -> Decision:
+    def _message(self, d: dict[str, Any], ep: Episode, kind: str) -> Decision:
         """Send `kind` now, or hold it (quiet hours; the user's period, not for notices)."""
+        job, rule, dry = d["job"], d["rule"], d["dry_run"]
         reason = None
         if self.now in self.quiet:
             reason = QUIET_HOURS
         elif kind != CANCELLED:
-            last = self.last_sent.get((d.job["user"], d.rule.name, d.dry_run))
+            last = self.last_sent.get((job["user"], rule.name, dry))
             period = timedelta(seconds=self.settings.user_message_period_s)
-            if last and last[1] != d.job["job_id"] and self.now < last[0] + period:
+            if last and last[1] != job["job_id"] and self.now < last[0] + period:
                 reason = USER_PERIOD
         if reason:
             hold = (kind, reason)
-            return replace(d, action=HELD if ep.held != hold else WAIT, hold=hold)
+            return Decision(**d, action=HELD if ep.held != hold else WAIT, hold=hold)
         if kind != CANCELLED:
-            self.last_sent[(d.job["user"], d.rule.name, d.dry_run)] = (self.now, d.job["job_id"])
-        if kind == WARN and "cancel" in d.rule.actions:  # a warning without a cancel sets none
-            return replace(
-                d, action=kind, deadline=self.now + timedelta(minutes=d.rule.grace_minutes)
-            )
-        return replace(d, action=kind)
+            self.last_sent[(job["user"], rule.name, dry)] = (self.now, job["job_id"])
+        if kind == WARN and "cancel" in rule.actions:  # a warning without a cancel sets none
+            deadline = self.now + timedelta(minutes=rule.grace_minutes)
+            return Decision(**(d | {"deadline": deadline}), action=kind)
+        return Decision(**d, action=kind)
 
 
 def same_start(a: datetime | None, b: datetime | None) -> bool:

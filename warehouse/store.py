@@ -108,7 +108,15 @@ class Warehouse:
         """
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
-        chosen = dict.fromkeys(TABLES) if days_from is None else dict(days_from)
+        self.add_views(con, dict.fromkeys(TABLES) if days_from is None else days_from)
+        return con
+
+    def add_views(
+        self, con: duckdb.DuckDBPyConnection, days_from: Mapping[str, date | None]
+    ) -> None:
+        """Add `connect`'s views of more tables to an open connection: a reader that learns
+        from one table which days of another it needs keeps one connection."""
+        chosen = dict(days_from)
         snapshot = {
             name: [f for f in self.live_files(name) if _on_or_after(f.day, first)]
             for name, first in chosen.items()
@@ -121,7 +129,6 @@ class Warehouse:
             stored, hot = self.rollup_sources(rollup, snapshot[rollup.source])
             stored = [f for f in stored if _on_or_after(f.day, chosen[rollup.source])]
             _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
-        return con
 
     def newest_time(self, name: str) -> datetime | None:
         """The newest time in a samples table, from the log's file stats (no data read)."""
