@@ -17,7 +17,6 @@ nodes of several models is split between them by its GPUs on each node.
 
 from __future__ import annotations
 
-from contextlib import closing
 from datetime import datetime
 
 import duckdb
@@ -136,13 +135,17 @@ def snapshot(
 ) -> duckdb.DuckDBPyConnection:
     """A connection holding only what `usage` reads: the job, GPU and node records, and the
     GPU rollups from the first day a job of the window started (opening every table's files
-    was most of a month's report). The first day comes from the job records a moment before
-    the snapshot; a job recorded in between with an earlier start shows as unmeasured."""
+    was most of a month's report). The job records are opened first, to find that day."""
     params = {**_window(since, until, now), "cluster": None, "account": None}
-    with closing(warehouse.connect({"jobs": None})) as records:
-        ((first,),) = records.sql(FIRST_DAY_SQL, params=params).fetchall()
-    first = first or params["since"].date()
-    return warehouse.connect({"jobs": None, "job_gpus": None, "nodes": None, "gpu_samples": first})
+    con = warehouse.connect({"jobs": None})
+    try:
+        ((first,),) = con.sql(FIRST_DAY_SQL, params=params).fetchall()
+        days = {"job_gpus": None, "nodes": None, "gpu_samples": first or params["since"].date()}
+        warehouse.add_views(con, days)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def usage(
