@@ -134,7 +134,8 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     else:
         origin = _estimate_origin(con, res)
     con.execute(
-        f"CREATE TABLE pub AS SELECT *, {_bin('submit - $origin', res)} AS sbin FROM pub_durations",
+        f"CREATE TEMP TABLE pub AS "
+        f"SELECT *, {_bin('submit - $origin', res)} AS sbin FROM pub_durations",
         {"origin": origin},
     )
     con.execute(CANDIDATES_SQL)
@@ -163,7 +164,7 @@ def _duration_bin(x: str, ratio: float, released: bool) -> str:
 
 def _released_sql(res: float, ratio: float) -> str:
     return f"""
-CREATE TABLE rel AS
+CREATE TEMP TABLE rel AS
 SELECT row_number() OVER () - 1 AS i, coalesce("user", 'row' || i) AS pseudonym, "group",
        partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s, time_limit_s,
        CASE WHEN NOT censored THEN state END AS state, exit_class,
@@ -178,7 +179,7 @@ FROM rel_in
 def _public_sql(ratio: float) -> str:
     """The public jobs with their duration buckets (which a time shift does not change)."""
     return f"""
-CREATE TABLE pub_durations AS
+CREATE TEMP TABLE pub_durations AS
 SELECT *, partition AS real_partition, {_duration_bin('"end" - start', ratio, False)} AS rbin,
        {_duration_bin("start - submit", ratio, False)} AS qbin
 FROM pub_in
@@ -198,7 +199,7 @@ SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
 # Public jobs a released job can be: same bins and size, same model unless generalised, same
 # partition where the release shows its real name or it was reversed.
 CANDIDATES_SQL = f"""
-CREATE TABLE cand AS
+CREATE TEMP TABLE cand AS
 SELECT r.i, p.pub, p."user", p.account, p.partition, p.nodes
 FROM rel r JOIN pub p ON r.sbin = p.sbin AND {SAME_SIZE}
     AND (r.gpu_model IS NULL OR r.gpu_model = '{OTHER}' OR r.gpu_model = p.gpu_model)
@@ -226,7 +227,7 @@ def _reverse_partitions(con: duckdb.DuckDBPyConnection) -> int:
     _register_mapping(con, dict(mapping))
     con.execute(
         """
-        CREATE OR REPLACE TABLE rel AS
+        CREATE OR REPLACE TEMP TABLE rel AS
         SELECT rel.*, CASE WHEN rel.partition IN (SELECT partition FROM pub_in) THEN rel.partition
                            ELSE m.real END AS real_partition
         FROM rel LEFT JOIN mapping m ON m.v = rel.partition
@@ -409,7 +410,7 @@ def _keep_consistent(con: duckdb.DuckDBPyConnection, consistent: str) -> None:
     them all (the reversal may be wrong for it)."""
     con.execute(
         f"""
-        CREATE OR REPLACE TABLE cand AS
+        CREATE OR REPLACE TEMP TABLE cand AS
         WITH ok AS ({consistent})
         SELECT * FROM ok
         UNION ALL
