@@ -134,17 +134,21 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 GPU_H = "GPU-h"
 GIB = 2**30
+# Who ran a job and what it held: the first columns of every per-job report.
+JOB_IDENTITY = (
+    Column("job_id", "job"),
+    Column("user", "user"),
+    Column("account", "account"),
+    Column("state", "state"),
+    Column("num_nodes", "nodes"),
+    Column("num_gpus", "GPUs"),
+)
 # What each report prints for people, in order. NULL in a measured figure means sing could not
 # know it (no samples, no node inventory, no job records, a saturated counter): it prints as
 # "unknown", and explain_unknown says why.
 REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
     "jobs": (
-        Column("job_id", "job"),
-        Column("user", "user"),
-        Column("account", "account"),
-        Column("state", "state"),
-        Column("num_nodes", "nodes"),
-        Column("num_gpus", "GPUs"),
+        *JOB_IDENTITY,
         hours("run_s", "run"),
         hours("queue_s", "queue"),
         Column("gpu_hours", GPU_H, digits=1),
@@ -176,12 +180,7 @@ REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("p95_queue_h", "queue p95 h", digits=2),
     ),
     "idle": (
-        Column("job_id", "job"),
-        Column("user", "user"),
-        Column("account", "account"),
-        Column("state", "state"),
-        Column("num_nodes", "nodes"),
-        Column("num_gpus", "GPUs"),
+        *JOB_IDENTITY,
         Column("start_time", "start (UTC)"),
         hours("run_s", "run"),
         Column("gpu_hours", GPU_H, digits=1),
