@@ -79,7 +79,7 @@ class Engine:
         self.executor = executor
         self.postman = postman
         self.actor = actor
-        self.quiet = QuietHours(settings.quiet_hours, settings.timezone)
+        self.quiet = QuietHours(settings.quiet_hours, settings.zone)
 
     def decide(self, now: datetime | None = None, fine_jobs: bool = True) -> list[Decision]:
         """Every (job, rule) step this round would take; nothing is sent, done or recorded.

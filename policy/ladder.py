@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import duckdb
 
@@ -76,14 +76,11 @@ class Decision:
 
 
 class QuietHours:
-    """A daily span ('22:00-07:00', local to `timezone`) when no message goes out."""
+    """A daily span ('22:00-07:00', local to the site's `zone`) when no message goes out."""
 
-    def __init__(self, spec: str, timezone: str) -> None:
+    def __init__(self, spec: str, zone: ZoneInfo) -> None:
         self.span: tuple[time, time] | None = None
-        try:
-            self.zone = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError) as err:
-            raise ConfigError(f"[policy] timezone = {timezone!r} is not a known zone") from err
+        self.zone = zone
         if not spec:
             return
         try:

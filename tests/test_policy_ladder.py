@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -274,7 +275,7 @@ def test_quiet_hours_hold_messages_and_the_deadline_counts_from_the_send(world):
 def test_quiet_hours_in_the_sites_timezone():
     from policy.ladder import QuietHours
 
-    quiet = QuietHours("22:00-07:00", "America/New_York")
+    quiet = QuietHours("22:00-07:00", ZoneInfo("America/New_York"))
     assert datetime(2026, 7, 2, 3, 0, tzinfo=UTC) in quiet  # 23:00 in New York
     assert datetime(2026, 7, 2, 12, 0, tzinfo=UTC) not in quiet  # 08:00 there
-    assert datetime(2026, 7, 2, 12, 0, tzinfo=UTC) not in QuietHours("", "UTC")
+    assert datetime(2026, 7, 2, 12, 0, tzinfo=UTC) not in QuietHours("", ZoneInfo("UTC"))
