@@ -192,6 +192,63 @@ TABLES: dict[str, Table] = {
             doc="The audit trail of the waste policies: every verdict, message and action.",
         ),
         Table(
+            "health_samples",
+            _schema(
+                ("ts", UTC_TS),
+                ("cluster", pa.string()),
+                ("node", pa.string()),
+                ("component", pa.string()),  # "gpu", "rdma" or "node"
+                # gpu: the GPU's index ("0"); rdma: "device/port" ("mlx5_0/1"); node: ""
+                ("device", pa.string()),
+                ("gpu_uuid", pa.string()),  # gpu only
+                # What was read, e.g. "xid_79", "ecc_uncorrected_volatile", "row_remap_failed",
+                # "link_downed" (the list: docs/health.md); counters as counts, flags 0/1.
+                ("signal", pa.string()),
+                ("value", pa.float64()),
+            ),
+            time_column="ts",
+            doc=(
+                "GPU and network health readings, one row per series when its value changes "
+                "(and a series' first reading after the collector starts)."
+            ),
+        ),
+        Table(
+            "incidents",
+            _schema(
+                ("incident_id", pa.string()),
+                ("cluster", pa.string()),
+                ("node", pa.string()),
+                ("device", pa.string()),  # the GPU index or "device/port"; NULL: the whole node
+                # xid, ecc, row_remap, link, node_down, service_request, other
+                ("class", pa.string()),
+                ("source", pa.string()),  # "auto" (from a signal) or "manual"
+                ("signal", pa.string()),  # auto: the signal that opened it, e.g. "xid_79"
+                ("opened_at", UTC_TS),
+                ("closed_at", UTC_TS),  # NULL while open
+                ("opened_by", pa.string()),
+                ("closed_by", pa.string()),
+                ("resolution", pa.string()),  # how it ended (the closing note)
+                ("jobs", pa.list_(pa.string())),  # jobs running on the node when it opened
+                ("evidence", pa.string()),  # JSON: the readings that opened it
+                ("recorded_at", UTC_TS),
+            ),
+            key=("cluster", "incident_id"),
+            doc="Hardware and service incidents; the newest record wins (open -> closed).",
+        ),
+        Table(
+            "incident_notes",
+            _schema(
+                ("ts", UTC_TS),
+                ("cluster", pa.string()),
+                ("incident_id", pa.string()),
+                ("event", pa.string()),  # opened, note, closed
+                ("author", pa.string()),
+                ("text", pa.string()),
+            ),
+            time_column="ts",
+            doc="The history of each incident: opening, notes and closing, who and when.",
+        ),
+        Table(
             "sim_runs",
             _schema(
                 ("run_id", pa.string()),
