@@ -258,8 +258,7 @@ def _load(con: duckdb.DuckDBPyConnection, clip: tuple[float | None, float | None
         FROM workload_jobs WHERE gpus > 0 AND in_window AND ran
     """
     frames = []
-    for scale, slots in SCALES.items():
-        first = 1 if scale == "weekday" else 0
+    for scale in SCALES:
         frame = con.sql(
             f"""
             WITH o AS (SELECT {scale} AS slot, sum(gpu_hours) AS gh FROM ({offered}) GROUP BY 1),
@@ -267,7 +266,7 @@ def _load(con: duckdb.DuckDBPyConnection, clip: tuple[float | None, float | None
             SELECT '{scale}' AS scale, slot,
                    coalesce(o.gh, 0) AS offered_gpu_hours,
                    CASE WHEN $has_start THEN coalesce(r.gh, 0) END AS running_gpu_hours
-            FROM range({first}, {first + slots}) t(slot)
+            FROM range({slots(scale).start}, {slots(scale).stop}) t(slot)
             LEFT JOIN o USING (slot) LEFT JOIN r USING (slot)
             ORDER BY slot
             """,
@@ -279,6 +278,24 @@ def _load(con: duckdb.DuckDBPyConnection, clip: tuple[float | None, float | None
         (pl.col(c) / pl.col(c).sum().over("scale")).alias(c.replace("gpu_hours", "share"))
         for c in ("offered_gpu_hours", "running_gpu_hours")
     )
+
+
+def slots(scale: str) -> range:
+    """The slots of a load scale: hours 0-23, weekdays 1-7."""
+    first = 1 if scale == "weekday" else 0
+    return range(first, first + SCALES[scale])
+
+
+def point_label(metric: Metric, value: float) -> str:
+    """A CDF point as people read it: "10 min", "1 d", "8" (GPUs)."""
+    if metric.unit not in ("h", "min"):
+        return f"{value:g}"
+    if value == 0:
+        return f"0 {metric.unit}"
+    for size, unit in ((604_800, "wk"), (86_400, "d"), (3600, "h"), (60, "min")):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} s"
 
 
 def slot_label(scale: str, slot: int) -> str:
