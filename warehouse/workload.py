@@ -22,6 +22,7 @@ import duckdb
 import polars as pl
 
 from traces import sql
+from traces.format import JOBS, conform
 from traces.read import read_package, read_table
 from warehouse.store import Warehouse
 
@@ -138,7 +139,7 @@ def from_warehouse(
 def from_trace(path: str | Path, name: str | None = None) -> Profile:
     """A release's jobs (all of them: a release is its own window)."""
     package = read_package(path)
-    jobs = read_table(path)
+    jobs = conform(JOBS, read_table(path))  # fields a release left out ([trace] drop): empty
     con = sql.connect()
     con.register("trace", jobs)
     origin = datetime.fromisoformat(package["release_start"]).timestamp()
