@@ -258,23 +258,29 @@ def _load(con: duckdb.DuckDBPyConnection, clip: tuple[float | None, float | None
         SELECT {_slots("submit")}, gpus * coalesce(run_s, "end" - start) / 3600 AS gpu_hours
         FROM workload_jobs WHERE gpus > 0 AND in_window AND ran
     """
-    frames = []
-    for scale in SCALES:
-        frame = con.sql(
-            f"""
-            WITH o AS (SELECT {scale} AS slot, sum(gpu_hours) AS gh FROM ({offered}) GROUP BY 1),
-                 r AS (SELECT {scale} AS slot, sum(gpu_hours) AS gh FROM ({running}) GROUP BY 1)
-            SELECT '{scale}' AS scale, slot,
-                   coalesce(o.gh, 0) AS offered_gpu_hours,
-                   CASE WHEN $has_start THEN coalesce(r.gh, 0) END AS running_gpu_hours
-            FROM range({slots(scale).start}, {slots(scale).stop}) t(slot)
-            LEFT JOIN o USING (slot) LEFT JOIN r USING (slot)
-            ORDER BY slot
-            """,
-            params={**params, "has_start": has_start},
-        ).pl()
-        frames.append(frame)
-    load = pl.concat(frames)
+    # Both scales from one pass: GPU-hours per hour of the week (weekday x hour).
+    week = con.sql(
+        f"""
+        WITH o AS (SELECT weekday, hour, sum(gpu_hours) AS gh FROM ({offered}) GROUP BY ALL),
+             r AS (SELECT weekday, hour, sum(gpu_hours) AS gh FROM ({running}) GROUP BY ALL)
+        SELECT weekday, hour, coalesce(o.gh, 0) AS offered, coalesce(r.gh, 0) AS running
+        FROM (SELECT * FROM range(1, 8) d(weekday) CROSS JOIN range(0, 24) t(hour)) slots
+        LEFT JOIN o USING (weekday, hour) LEFT JOIN r USING (weekday, hour)
+        """,
+        params=params,
+    ).pl()
+    load = pl.concat(
+        week.group_by(pl.col(scale).alias("slot"))
+        .agg(
+            pl.lit(scale).alias("scale"),
+            pl.col("offered").sum().alias("offered_gpu_hours"),
+            pl.col("running").sum().alias("running_gpu_hours"),
+        )
+        .sort("slot")
+        for scale in SCALES
+    ).select("scale", "slot", "offered_gpu_hours", "running_gpu_hours")
+    if not has_start:  # no start times: when jobs ran is unknown, not never
+        load = load.with_columns(running_gpu_hours=pl.lit(None, pl.Float64))
     return load.with_columns(
         (pl.col(c) / pl.col(c).sum().over("scale")).alias(c.replace("gpu_hours", "share"))
         for c in ("offered_gpu_hours", "running_gpu_hours")
