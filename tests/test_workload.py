@@ -9,6 +9,7 @@ values, the q-quantile is the ceil(q n)-th.
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -204,3 +205,17 @@ def test_bad_requests_are_named(site, args: list[str], message: str) -> None:
 def test_a_missing_warehouse_is_named(tmp_path: Path) -> None:
     out = run_sing("--warehouse", str(tmp_path / "none"), "report", "workload")
     assert out.returncode == 1 and "--no-cluster" in out.stderr, out.stderr
+
+
+def test_a_damaged_release_is_named(site, tmp_path: Path) -> None:
+    root, release = site
+    damaged = tmp_path / "damaged"
+    shutil.copytree(release, damaged)
+    package = json.loads((damaged / "datapackage.json").read_text())
+    (damaged / "datapackage.json").write_text(json.dumps({**package, "release_start": "soon"}))
+    out = run_sing("--warehouse", str(root), "report", "workload", "--trace", str(damaged))
+    assert out.returncode == 1, out.stderr
+    assert "release_start is not an ISO 8601 time" in out.stderr and str(damaged) in out.stderr
+    (damaged / "jobs.parquet").unlink()
+    out = run_sing("--warehouse", str(root), "report", "workload", "--trace", str(damaged))
+    assert out.returncode == 1 and "no jobs.parquet" in out.stderr, out.stderr

@@ -15,12 +15,13 @@ smallest value with at least that share of jobs at or below it), so they are val
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from sing.errors import UserError
 from traces import sql
 from traces.format import JOBS, conform
 from traces.read import read_package, read_table
@@ -142,15 +143,13 @@ def from_trace(path: str | Path, name: str | None = None) -> Profile:
     jobs = conform(JOBS, read_table(path))  # fields a release left out ([trace] drop): empty
     con = sql.connect()
     con.register("trace", jobs)
-    origin = datetime.fromisoformat(package["release_start"]).timestamp()
+    origin = release_start(package, path).timestamp()
     con.execute(
         f"CREATE TEMP TABLE workload_jobs AS {trace_jobs_sql(jobs.column_names)}",
         {"origin": origin},
     )
     secret = (package.get("anonymization") or {}).get("time_origin") == "secret"
-    starts = (
-        jobs.num_rows - jobs.column("start_s").null_count if "start_s" in jobs.column_names else 0
-    )
+    starts = jobs.num_rows - jobs.column("start_s").null_count
     note = ""
     if secret:
         note = "times count from a secret origin: no hour of day or weekday"
@@ -158,6 +157,15 @@ def from_trace(path: str | Path, name: str | None = None) -> Profile:
         note = "no start times: the running load is unknown"
     name = name or Path(path).resolve().name
     return profile(con, name, (None, None), timed=not secret, note=note)
+
+
+def release_start(package: dict, path: str | Path) -> datetime:
+    """The release's time origin (UTC where it names no zone)."""
+    try:
+        start = datetime.fromisoformat(str(package.get("release_start")))
+    except ValueError:
+        raise UserError(f"{path}: release_start is not an ISO 8601 time") from None
+    return start if start.tzinfo else start.replace(tzinfo=UTC)
 
 
 def profile(

@@ -11,6 +11,7 @@ import streamlit as st
 from dashboards import data
 from dashboards.settings import DashboardSettings
 from dashboards.widgets import data_span, visit, window_picker
+from sing.errors import UserError
 from warehouse import workload
 
 v = visit()
@@ -36,12 +37,13 @@ with right:
     )
 
 with st.spinner("Computing the workload..."):
-    profiles = workload.unique_names(
-        [
-            data.cluster_workload(v.warehouse, since, until, span.last, v.config.site.cluster),
-            *(data.trace_workload(path) for path in chosen),
-        ]
-    )
+    profiles = [data.cluster_workload(v.warehouse, since, until, span.last, v.config.site.cluster)]
+    for path in chosen:
+        try:
+            profiles.append(data.trace_workload(path))
+        except UserError as err:  # a damaged release: say which, show the others
+            st.error(str(err))
+    profiles = workload.unique_names(profiles)
 for column, p in zip(st.columns(len(profiles)), profiles, strict=True):
     column.metric(f"{p.name}: GPU jobs", f"{p.counts['gpu_jobs']:,}")
     column.caption(
