@@ -26,6 +26,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    "--out", str(release))  # fmt: skip
     assert out.returncode == 0, out.stderr
     (root / "releases" / "notes").mkdir()  # not a release: not offered
+    (root / "releases" / "broken").mkdir()  # a release without its jobs table
+    (root / "releases" / "broken" / "datapackage.json").write_text("{}")
     config = root / "sing.toml"
     config.write_text(
         f'[roles]\nadmins = ["{ADMIN}"]\nresearchers = ["{RESEARCHER}"]\n'
@@ -44,7 +46,7 @@ def test_the_cluster_beside_a_release(site: Path, who: str) -> None:
     at = open_app(who, "workload")
     at.date_input(key="window").set_value((MON.date(), (MON + 6 * 24 * H).date())).run()
     picker = at.multiselect(key="releases")
-    assert picker.options == ["helios-mini"]
+    assert picker.options == ["broken", "helios-mini"]
     picker.select(str(site)).run()
     assert not at.exception, [e.message for e in at.exception]
     shown = metrics(at)
@@ -57,6 +59,14 @@ def test_the_cluster_beside_a_release(site: Path, who: str) -> None:
     gpus = at.dataframe[2].value.set_index("source")
     assert (gpus.loc["campus", "p90 GPUs"], gpus.loc["helios-mini", "p99 GPUs"]) == (8, 16)
     assert ALICE not in str([d.value.to_dict() for d in at.dataframe])
+
+
+def test_a_damaged_release_is_named_and_the_others_shown(site: Path) -> None:
+    at = open_app(ADMIN, "workload")
+    at.multiselect(key="releases").select(str(site.parent / "broken")).select(str(site)).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert ["no jobs.parquet" in e.value for e in at.error] == [True]
+    assert set(metrics(at)) == {"campus: GPU jobs", "helios-mini: GPU jobs"}
 
 
 def test_users_do_not_reach_the_page(site: Path) -> None:
