@@ -26,9 +26,17 @@ H = timedelta(hours=1)
 NOW = MON + 2 * 24 * H + 12 * H  # Wednesday 12:00, job D still running
 
 
-def job(job_id: str, submit: datetime, start: datetime | None, end: datetime | None,
-        gpus: int, nodes: int, state: str = "COMPLETED") -> dict:  # fmt: skip
-    return {"job_id": job_id, "cluster": "campus", "user": "alice", "account": "physics",
+def job(
+    job_id: str,
+    submit: datetime,
+    start: datetime | None,
+    end: datetime | None,
+    gpus: int,
+    nodes: int,
+    state: str = "COMPLETED",
+    cluster: str = "campus",
+) -> dict:
+    return {"job_id": job_id, "cluster": cluster, "user": "alice", "account": "physics",
             "partition": "gpu", "state": state, "submit_time": submit, "start_time": start,
             "end_time": end, "num_gpus": gpus, "num_nodes": nodes}  # fmt: skip
 
@@ -50,6 +58,7 @@ JOBS = [
     job("F", MON + 80 * H, None, None, 1, 0, "PENDING"),  # never started
     job("G", MON - 2 * H, MON - H, MON + H, 1, 1),  # submitted before the window
     job("X", MON + 7 * 24 * H, MON + 7 * 24 * H, MON + 7 * 24 * H + H, 1, 1),  # after it
+    job("A", MON + 36 * H, MON + 36 * H, MON + 37 * H, 0, 1, cluster="lab"),  # another cluster
 ]
 
 # A Helios cluster log in China Standard Time (UTC+8); in UTC: t1 and t2 submitted Mon 10:00,
@@ -89,7 +98,7 @@ def workload(root: Path, *args: str) -> dict:
 
 def window() -> list[str]:
     return ["--since", MON.isoformat(), "--until", (MON + 7 * 24 * H).isoformat(),
-            "--now", NOW.isoformat()]  # fmt: skip
+            "--now", NOW.isoformat(), "--cluster", "campus"]  # fmt: skip
 
 
 def stats(source: dict) -> dict[str, dict]:
@@ -158,6 +167,16 @@ def test_an_imported_release_beside_the_cluster(site) -> None:
     assert load(trace, "weekday", "offered") == {1: 16, 2: 4}
     assert load(trace, "hour", "running") == {1: 1, 2: 1, 3: 1, 4: 1, 10: 4, 11: 12}
     assert load(trace, "weekday", "running") == {1: 16, 2: 4}
+
+
+def test_one_cluster_or_all(site) -> None:
+    root, _ = site
+    lab = workload(root, *window()[:-1], "lab")["sources"][0]
+    assert lab["name"] == "lab"
+    assert lab["counts"] == {"jobs": 1, "gpu_jobs": 0, "cpu_only": 1, "never_started": 0}
+    assert stats(lab)["run_s"]["jobs"] == 0 and stats(lab)["run_s"]["p50"] is None
+    every = workload(root, *window()[:-2])["sources"][0]
+    assert every["counts"] == {"jobs": 7, "gpu_jobs": 5, "cpu_only": 2, "never_started": 1}
 
 
 def test_the_tables_for_people(site) -> None:

@@ -332,6 +332,7 @@ def add_workload(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trace", action="append", default=[], metavar="DIR", help="a trace release (repeatable)"
     )
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all the warehouse's)")
     p.add_argument("--no-cluster", action="store_true", help="only the traces, not the warehouse")
     p.add_argument("--now", type=_time, help=NOW_HELP)
     p.add_argument("--json", action="store_true", help="every figure as JSON (seconds, GPUs)")
@@ -357,7 +358,8 @@ def cmd_workload(args: argparse.Namespace, config: Config) -> int:
             )
         wh = Warehouse(root)
         now = report_now(wh, args.now)
-        profiles.append(workload.from_warehouse(wh, since, until, now, config.site.cluster))
+        name = args.cluster or config.site.cluster
+        profiles.append(workload.from_warehouse(wh, since, until, now, name, args.cluster))
     profiles += [workload.from_trace(path) for path in args.trace]
     profiles = workload.unique_names(profiles)
     if args.json:

@@ -68,6 +68,7 @@ SELECT epoch(submit_time) AS submit, epoch(start_time) AS start,
 FROM jobs
 WHERE ($until IS NULL OR submit_time < $until)
   AND ($since IS NULL OR submit_time >= $since OR coalesce(end_time, $now) > $since)
+  AND ($cluster IS NULL OR cluster = $cluster)
 """
 
 
@@ -124,14 +125,20 @@ class Profile:
 
 
 def from_warehouse(
-    wh: Warehouse, since: datetime | None, until: datetime | None, now: datetime, name: str
+    wh: Warehouse,
+    since: datetime | None,
+    until: datetime | None,
+    now: datetime,
+    name: str,
+    cluster: str | None = None,
 ) -> Profile:
-    """The warehouse's jobs submitted in [since, until) (either end open); the running load
-    counts GPU-hours held inside the window, running jobs up to `now`."""
+    """The warehouse's jobs submitted in [since, until) (either end open), of `cluster` only
+    where given; the running load counts GPU-hours held inside the window, running jobs up to
+    `now`."""
     con = wh.connect({"jobs": None})
     con.execute(
         f"CREATE TEMP TABLE workload_jobs AS {WAREHOUSE_JOBS_SQL}",
-        {"since": since, "until": until, "now": now},
+        {"since": since, "until": until, "now": now, "cluster": cluster},
     )
     clip = (since.timestamp() if since else None, until.timestamp() if until else None)
     return profile(con, name, clip)
