@@ -189,7 +189,9 @@ def test_the_tables_for_people(site) -> None:
     assert (run["campus"]["p50 h"], run["helios-mini"]["p50 h"]) == ("2.00", "2.00")
     assert (run["campus"]["mean h"], run["helios-mini"]["<=1 h %"]) == ("1.67", "33.3")
     queue = {r["source"]: r for r in table(blocks["queue time (GPU jobs that started)"])}
-    assert (queue["campus"]["p90 min"], queue["helios-mini"]["<=0 min %"]) == ("60.00", "66.7")
+    assert (queue["campus"]["p90 min"], queue["helios-mini"]["<=0 min %"]) == ("60.0", "66.7")
+    nodes = {r["source"]: r for r in table(blocks["nodes per job (GPU jobs that started)"])}
+    assert (nodes["campus"]["p90 nodes"], nodes["campus"]["mean nodes"]) == ("2", "1.25")
     by_hour = next(v for k, v in blocks.items() if k.startswith("GPU-hours by hour"))
     hours = {r["hour (UTC)"]: r for r in table(by_hour)}
     assert hours["11:00"]["helios-mini running %"] == "60.0"

@@ -404,7 +404,7 @@ def workload_text(profiles: list[workload.Profile]) -> str:
             Column("jobs", "jobs"),
             Column("mean", f"mean {m.unit}", digits=2, per=m.per, missing="n/a"),
             *(
-                Column(q, f"{q} {m.unit}", digits=2, per=m.per, missing="n/a")
+                Column(q, f"{q} {m.unit}", digits=m.digits, per=m.per, missing="n/a")
                 for q in map(workload.quantile_name, workload.QUANTILES)
             ),
             *(

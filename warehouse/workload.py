@@ -31,20 +31,22 @@ from warehouse.store import Warehouse
 @dataclass(frozen=True)
 class Metric:
     """One distribution: the job column, its printed unit (`per` stored units, seconds or
-    GPUs, in one printed unit) and the values the CDF is read at (stored units)."""
+    GPUs, in one printed unit), the values the CDF is read at (stored units) and the decimals
+    its quantiles print with (nodes are whole; a GPU share is not)."""
 
     key: str
     title: str
     unit: str
     per: float
     points: tuple[float, ...]
+    digits: int
 
 
 METRICS = (
-    Metric("run_s", "run time", "h", 3600, (60, 600, 3600, 36_000, 86_400, 604_800)),
-    Metric("queue_s", "queue time", "min", 60, (0, 60, 600, 3600, 36_000, 86_400)),
-    Metric("gpus", "GPUs per job", "GPUs", 1, (1, 2, 4, 8, 16, 32, 64)),
-    Metric("nodes", "nodes per job", "nodes", 1, (1, 2, 4, 8, 16)),
+    Metric("run_s", "run time", "h", 3600, (60, 600, 3600, 36_000, 86_400, 604_800), 2),
+    Metric("queue_s", "queue time", "min", 60, (0, 60, 600, 3600, 36_000, 86_400), 1),
+    Metric("gpus", "GPUs per job", "GPUs", 1, (1, 2, 4, 8, 16, 32, 64), 2),
+    Metric("nodes", "nodes per job", "nodes", 1, (1, 2, 4, 8, 16), 0),
 )
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 CURVE_STEPS = 100  # the CDF curve: the value at every 1 % of jobs
