@@ -22,6 +22,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 
 from collector.convert import NodeReading
 from collector.counters import CounterDeltas
+from collector.health import LastValues
 from collector.inventory import NodeKey, load_inventory
 from collector.jobsync import JobSync, running_allocations
 from collector.rows import Allocations, RoundRows
@@ -72,13 +73,14 @@ class Collector:
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
         self.deltas = seeded_deltas(warehouse, self.cluster)
         self.inventory = load_inventory(warehouse, self.cluster)
+        self.health = LastValues()  # a restart writes each health series' first reading again
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
 
     def new_rows(self) -> RoundRows:
-        return RoundRows(self.deltas, self.allocations, self.inventory)
+        return RoundRows(self.deltas, self.allocations, self.inventory, self.health)
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round."""
