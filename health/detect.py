@@ -27,6 +27,7 @@ from health.incidents import AUTO, dicts, note_incident, open_incident
 from health.settings import HealthSettings
 from sing.config import Config
 from warehouse.schema import table
+from warehouse.sql import source_sql
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 # With no round before (a new warehouse, or detection just turned on), the readings of the last
 # hour are looked at, not the whole history.
 FIRST_LOOKBACK = timedelta(hours=1)
+# The log's file stats may round a time down (to the millisecond): files are picked with room.
+STATS_MARGIN = timedelta(seconds=1)
+# What names a series of health_samples.
+SERIES = ("cluster", "node", "component", "device", "signal")
 # Scrapes read before a node's streak could have crossed, to find where its streak began.
 STREAK_MARGIN = timedelta(minutes=30)
 ECC_SIGNALS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate")
@@ -82,17 +87,15 @@ def detect_round(
     `cluster` is the site's: scrapes carry no cluster, and the progress is kept per cluster."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
-    samples_from, scrapes_from = _last_round(warehouse, cluster, now)
-    readings_from = samples_from - timedelta(minutes=settings.flapping_minutes)
-    streaks_from = scrapes_from - timedelta(minutes=settings.node_down_minutes) - STREAK_MARGIN
-    con = warehouse.connect(
-        {
-            "health_samples": None,  # a series' previous value may be days old
-            "scrapes": streaks_from.date(),
-            "incidents": None,
-        }
-    )
+    con = duckdb.connect()
     try:
+        con.execute("SET TimeZone = 'UTC'")
+        warehouse.add_views(con, {"health_rounds": None, "incidents": None})
+        samples_from, scrapes_from = _last_round(con, cluster, now)
+        readings_from = samples_from - timedelta(minutes=settings.flapping_minutes)
+        streaks_from = scrapes_from - timedelta(minutes=settings.node_down_minutes) - STREAK_MARGIN
+        _recent_view(con, warehouse, "health_samples", readings_from)
+        _recent_view(con, warehouse, "scrapes", streaks_from)
         readings = _readings(con, settings, readings_from)
         scrapes = _node_answers(con, streaks_from)
         open_now = {
@@ -104,6 +107,7 @@ def detect_round(
         }
     finally:
         con.close()
+    _previous_values(warehouse, readings)
     findings = sorted(
         [
             *signal_findings(readings, settings, samples_from),
@@ -227,27 +231,68 @@ def node_down_findings(
             )
 
 
+def _recent_view(
+    con: duckdb.DuckDBPyConnection, warehouse: Warehouse, name: str, since: datetime
+) -> None:
+    """The view `name` over only the files that hold rows newer than `since` (by the log's
+    stats, which may round a time down to the millisecond: hence the margin): a round reads
+    the last minutes, not the day."""
+    since = since - STATS_MARGIN
+    paths = [f.path for f in warehouse.live_files(name) if f.max_time is None or f.max_time > since]
+    con.execute(f"CREATE VIEW {name} AS SELECT * FROM {source_sql(con, table(name), paths)}")
+
+
 def _readings(
     con: duckdb.DuckDBPyConnection, settings: HealthSettings, since: datetime
 ) -> list[dict[str, Any]]:
     """The readings of the signals detection watches, newer than `since`, in time order, each
-    with its series' previous value (looked up across all the days before, as series are
-    written only when they change)."""
+    with its series' previous value among them (`prev`; `_previous_values` fills it for each
+    series' first one)."""
     signals = [f"xid_{code}" for code in settings.serious_xids]
     signals += [*ECC_SIGNALS, "row_remap_failed", "link_downed"]
     return dicts(
         con,
         """
-        WITH watched AS (
-            SELECT cluster, node, component, device, gpu_uuid, signal, ts, value,
-                   lag(value) OVER (PARTITION BY cluster, node, component, device, signal
-                                    ORDER BY ts) AS prev
-            FROM health_samples WHERE list_contains($signals, signal)
-        )
-        SELECT * FROM watched WHERE ts > $since ORDER BY ts, node, device, signal
+        SELECT cluster, node, component, device, gpu_uuid, signal, ts, value,
+               lag(value) OVER (PARTITION BY cluster, node, component, device, signal
+                                ORDER BY ts) AS prev
+        FROM health_samples WHERE list_contains($signals, signal) AND ts > $since
+        ORDER BY ts, node, device, signal
         """,
         {"signals": signals, "since": since},
     )
+
+
+def _previous_values(warehouse: Warehouse, readings: list[dict[str, Any]]) -> None:
+    """Set `prev` of each series' first reading to the series' reading before it, which may be
+    days old (a series is written only when it changes); left NULL for a series' first ever.
+    Only rounds that saw a watched signal move pay for the look into the history."""
+    firsts: dict[tuple, dict[str, Any]] = {}
+    for r in readings:
+        firsts.setdefault(_series(r), r)
+    if not firsts:
+        return
+    wanted = pa.Table.from_pylist(
+        [dict(zip(SERIES, key, strict=True)) | {"first_ts": r["ts"]} for key, r in firsts.items()]
+    )
+    con = warehouse.connect({"health_samples": None})
+    try:
+        con.register("wanted", wanted)
+        before = con.execute(
+            f"""
+            SELECT {", ".join(f"h.{c}" for c in SERIES)}, arg_max(h.value, h.ts)
+            FROM health_samples h JOIN wanted w USING ({", ".join(SERIES)})
+            WHERE h.ts < w.first_ts GROUP BY ALL
+            """
+        ).fetchall()
+    finally:
+        con.close()
+    for *key, value in before:
+        firsts[tuple(key)]["prev"] = value
+
+
+def _series(r: dict[str, Any]) -> tuple:
+    return tuple(r[c] for c in SERIES)
 
 
 def _node_answers(
@@ -306,20 +351,19 @@ def _open(warehouse: Warehouse, finding: Finding) -> str:
     )
 
 
-def _last_round(warehouse: Warehouse, cluster: str, now: datetime) -> tuple[datetime, datetime]:
+def _last_round(
+    con: duckdb.DuckDBPyConnection, cluster: str, now: datetime
+) -> tuple[datetime, datetime]:
     """Where the last round stopped reading (samples, scrapes); the first round looks back
     `FIRST_LOOKBACK` from `now`."""
     first = now - FIRST_LOOKBACK
-    con = warehouse.connect({"health_rounds": None})
-    try:
-        row = con.execute(
-            "SELECT samples_until, scrapes_until FROM health_rounds WHERE cluster = ?", [cluster]
-        ).fetchone()
-    finally:
-        con.close()
-    if row is None:
+    rows = con.execute(
+        "SELECT samples_until, scrapes_until FROM health_rounds WHERE cluster = ?", [cluster]
+    ).fetchall()
+    if not rows:
         return first, first
-    return row[0] or first, row[1] or first
+    samples_until, scrapes_until = rows[0]
+    return samples_until or first, scrapes_until or first
 
 
 def _record(warehouse: Warehouse, cluster: str, result: DetectionRound, now: datetime) -> None:

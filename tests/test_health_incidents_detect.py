@@ -235,3 +235,21 @@ def test_the_collector_schedules_detection_unless_turned_off(wh, t0) -> None:
     assert interval_s == 60.0
     assert [f.signal for f in job().findings] == ["xid_94"]
     assert detection_job(Config({"health": {"interval_s": 0}}), wh) is None
+
+
+def test_a_series_previous_value_is_found_days_back(wh, t0) -> None:
+    """Series are written when they change: the value before a reading may be days old (and in
+    files a round does not otherwise open). A restarted collector writes it again: no news."""
+    days_ago = t0 - timedelta(days=3)
+    readings(
+        wh,
+        gpu(days_ago, "xid_79", 1),  # an incident then, long closed
+        gpu(days_ago, "row_remap_failed", 1, device="4"),
+        gpu(days_ago, "xid_94", 2, device="5"),
+        gpu(t0, "xid_79", 1),  # the restart's first readings: the same values
+        gpu(t0, "row_remap_failed", 1, device="4"),
+        gpu(t0, "xid_94", 3, device="5"),  # one more XID 94 since: news
+    )
+    result = detect_round(wh, SETTINGS, "campus")
+    assert [(f.device, f.signal) for f in result.findings] == [("5", "xid_94")]
+    assert result.findings[0].evidence["previous"] == 2.0
