@@ -98,6 +98,8 @@ def detect_round(
         _recent_view(con, warehouse, "scrapes", streaks_from)
         readings = _readings(con, settings, readings_from)
         scrapes = _node_answers(con, streaks_from)
+        # The newest reading of any signal: the next round starts after it.
+        ((samples_until,),) = con.execute("SELECT max(ts) FROM health_samples").fetchall()
         open_now = {
             (c, n, d, k): i
             for i, c, n, d, k in con.execute(
@@ -125,7 +127,6 @@ def detect_round(
             incident_id = _open(warehouse, finding)
             open_now[finding.key] = incident_id
             opened.append(incident_id)
-    samples_until = max((r["ts"] for r in readings), default=None)
     scrapes_until = max((ts for _, ts, _, _ in scrapes), default=None)
     result = DetectionRound(
         findings,

@@ -10,20 +10,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tests.policy_world import add_job
-from tests.test_collector_scrape import file_sd_entry, free_port, http_get, running, sing, wait_for
-from tests.test_health_readings import NODE_YAML
+from tests.test_collector_scrape import file_sd_entry, running, sing, wait_for
+from tests.test_health_readings import node  # noqa: F401 - the fixture
 from warehouse.store import Warehouse
 
 
-def test_an_xid_79_on_a_fake_gpu_becomes_one_incident(tmp_path: Path) -> None:
-    (tmp_path / "node.yaml").write_text(NODE_YAML)
-    state = tmp_path / "state.json"
-    state.write_text("{}")
-    port = free_port()
-    exporter = sing(
-        "exporter", "--fake", str(tmp_path / "node.yaml"), "--fake-state", str(state),
-        "--fake-root", str(tmp_path / "root"), f"--node=gpu01:{port}", "--cache-seconds=0.05",
-    )  # fmt: skip
+def test_an_xid_79_on_a_fake_gpu_becomes_one_incident(
+    tmp_path: Path,
+    node: tuple[int, Path],  # noqa: F811 - the fixture imported above
+) -> None:
+    port, state = node  # the exporter serving gpu01, and the state file scripting its faults
     (tmp_path / "targets.json").write_text(json.dumps([file_sd_entry("gpu01", port)]))
     config = tmp_path / "sing.toml"
     config.write_text(
@@ -53,22 +49,20 @@ def test_an_xid_79_on_a_fake_gpu_becomes_one_incident(tmp_path: Path) -> None:
             con.close()
         return seen is not None and seen > moment
 
-    with running(exporter, tmp_path / "exporter.log"):
-        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics"), what="exporter")
-        with running(collector, tmp_path / "collector.log"):
-            started = datetime.now(UTC)
-            wait_for(lambda: detection_rounds_after(started), what="a detection round")
-            assert incidents() == []  # healthy GPUs open nothing
-            state.write_text(json.dumps({"gpus": {"1": {"xids": {"79": 1}}}}))
-            (incident,) = wait_for(incidents, timeout_s=30, what="the XID 79 incident")
-            later = datetime.now(UTC)
-            wait_for(lambda: detection_rounds_after(later), what="later detection rounds")
-        # A restarted collector writes the XID count again: the same count opens nothing.
-        restarted = datetime.now(UTC)
-        with running(collector, tmp_path / "collector.log"):
-            wait_for(lambda: detection_rounds_after(restarted), what="a round after the restart")
-            time_seen = datetime.now(UTC)
-            wait_for(lambda: detection_rounds_after(time_seen), what="another round")
+    with running(collector, tmp_path / "collector.log"):
+        started = datetime.now(UTC)
+        wait_for(lambda: detection_rounds_after(started), what="a detection round")
+        assert incidents() == []  # healthy GPUs open nothing
+        state.write_text(json.dumps({"gpus": {"1": {"xids": {"79": 1}}}}))
+        (incident,) = wait_for(incidents, timeout_s=30, what="the XID 79 incident")
+        later = datetime.now(UTC)
+        wait_for(lambda: detection_rounds_after(later), what="later detection rounds")
+    # A restarted collector writes the XID count again: the same count opens nothing.
+    restarted = datetime.now(UTC)
+    with running(collector, tmp_path / "collector.log"):
+        wait_for(lambda: detection_rounds_after(restarted), what="a round after the restart")
+        time_seen = datetime.now(UTC)
+        wait_for(lambda: detection_rounds_after(time_seen), what="another round")
     assert incidents() == [incident]
     assert (incident["cluster"], incident["node"], incident["device"]) == ("lab", "gpu01", "1")
     assert (incident["class"], incident["signal"], incident["source"]) == ("xid", "xid_79", "auto")
