@@ -13,7 +13,7 @@ from sing.cli import main
 from sing.errors import UserError
 from tests.shared_data import PHILLY, require
 from traces.importers import import_trace
-from traces.read import jobs_for_simulation
+from traces.read import SIMULATION_COLUMNS, jobs_for_simulation
 from traces.swf import write_swf
 from traces.validate import validate
 
@@ -184,9 +184,9 @@ def test_swf_export(tmp_path):
 def test_jobs_for_simulation_leaves_out_cpu_and_unstarted_jobs(tmp_path):
     out = import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "t")
     sim = jobs_for_simulation(out)
-    assert sim.columns == ["job_id", "user", "submit_time_s", "duration_s", "num_gpus", "num_nodes"]
+    assert sim.columns == list(SIMULATION_COLUMNS)
     assert sim.rows() == [
-        ("1", "u1", 0.0, 60.0, 1, 1),
-        ("3", "u2", 3600.0, 3600.0, 8, 1),
-        ("4", "u3", 61_200.0, 7200.0, 16, 2),
+        ("1", "u1", 0.0, 60.0, 1, 1, 1.0, "", None, 30.0),
+        ("3", "u2", 3600.0, 3600.0, 8, 1, 8.0, "", None, 4200.0),
+        ("4", "u3", 61_200.0, 7200.0, 16, 2, 16.0, "", None, 61_200.0),
     ]
