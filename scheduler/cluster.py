@@ -229,7 +229,7 @@ class Cluster:
         """Whether a job of this shape could ever run on `pools` (of an empty cluster)."""
         nodes, per, gpus = shape
         if nodes == 0:
-            return gpus <= sum(self.size[n] for p in pools for n in p.nodes)
+            return any(gpus <= sum(self.size[n] for n in p.nodes) for p in pools)
         shares = split(shape)
         return any(
             all(p.at_least(s) >= sum(t >= s for t in shares) for s in set(shares)) for p in pools
@@ -241,6 +241,8 @@ class Cluster:
         """Take GPUs for `shape` best-fit (fewest free GPUs that suffice, then lowest-numbered
         node); None if it cannot fit. Nodes in `avoid` are not used (a reservation)."""
         nodes, per, gpus = shape
+        if not per:
+            return self._place_share(gpus, pools, avoid)
         if nodes == 1 and not avoid:  # the hot path, inlined: best fit, lowest-numbered first
             for pool in pools:
                 by_free = pool.by_free
