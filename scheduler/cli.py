@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduler.cluster import Cluster, Node
-from scheduler.metrics import offered_load, summarize
+from scheduler.metrics import NA, offered_load, summarize
 from scheduler.nodelist import read_cluster
 from scheduler.settings import POLICIES, SchedulerSettings
 from scheduler.simulate import Replay, fitting, make_cluster, replay
@@ -24,7 +24,6 @@ from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent, render
 
-NA = "n/a"
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
     "never ran": "skipped_never_ran",

@@ -30,6 +30,7 @@ from scheduler.simulate import Replay
 from scheduler.workload import Workload
 
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0
+NA = "n/a"  # how tables show an undefined figure (None)
 # The figures of a summary that need jobs (None without any).
 FIGURES = (
     "window_s",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from scheduler.metrics import NA
 from scheduler.simulate import Replay
 from sing.tables import Column, hours, percent
 
 CLOSE_S = 600.0  # "within 10 min"
-NA = "n/a"
 VALIDATION = (
     Column("policy", "policy"),
     Column("jobs", "jobs"),
