@@ -103,18 +103,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise UserError(f"cluster: {err}") from err
     workload, unfit = fitting(windowed, cluster, settings)
     skipped = {**trace.skipped, "cannot fit": sum(unfit.values())}
-    if any(skipped.values()):
-        print(skip_line(skipped, unfit), file=sys.stderr)
     load = offered_load(workload, cluster.total_gpus, since, until)
-    if not len(workload):
-        print(f"warning: {args.trace}: no jobs to replay in this window", file=sys.stderr)
-    elif load is not None and load < LOW_LOAD:
-        print(
-            f"warning: offered load {load:.3f} (GPU-seconds requested / ({cluster.total_gpus} "
-            f"GPUs x window)) is below {LOW_LOAD}: queues rarely form, so every policy gives "
-            "about the same waits",
-            file=sys.stderr,
-        )
+    _notes(args.trace, skipped, unfit, len(workload), load, cluster.total_gpus)
     runs = []
     with Progress("simulate", total=len(policies), unit="policies") as progress:
         for policy in policies:
@@ -135,6 +125,27 @@ def run(args: argparse.Namespace, config: Config) -> int:
     else:
         print(render(rows, TABLE))
     return 0
+
+
+def _notes(
+    trace: str,
+    skipped: dict[str, int],
+    unfit: Counter[str],
+    jobs: int,
+    load: float | None,
+    gpus: int,
+) -> None:
+    """What a reader of the table should know: jobs left out, and a load too low to compare."""
+    if any(skipped.values()):
+        print(skip_line(skipped, unfit), file=sys.stderr)
+    if not jobs:
+        print(f"warning: {trace}: no jobs to replay in this window", file=sys.stderr)
+    elif load is not None and load < LOW_LOAD:
+        print(
+            f"warning: offered load {load:.3f} (GPU-seconds requested / ({gpus} GPUs x window)) "
+            f"is below {LOW_LOAD}: queues rarely form, so every policy gives about the same waits",
+            file=sys.stderr,
+        )
 
 
 def cluster_of(args: argparse.Namespace, trace: Trace) -> int | list[Node]:

@@ -152,6 +152,7 @@ class Cluster:
         self.free = [list(range(g - 1, -1, -1)) for g in self.size]
         self.free_count = list(self.size)
         self.share_left: dict[tuple[int, int], int] = {}  # (node, GPU) lending shares -> left
+        self.capacities: dict[tuple[Shape, tuple[Pool, ...]], bool] = {}  # capacity's answers
         # One pool per model (its nodes are consecutive); the small pool needs a single model.
         self.model_pools: dict[str, tuple[Pool, ...]] = {}
         first = 0
@@ -222,11 +223,21 @@ class Cluster:
         return general if general >= small else small
 
     def _most_free_of_all(self) -> int:
-        """`most_free` of a cluster of several models."""
-        return max(pool.max_free for pool in self.all_pools)
+        """`most_free` of a cluster of several models (a loop: faster than max() here)."""
+        best = 0
+        for pool in self.all_pools:
+            if pool.max_free > best:
+                best = pool.max_free
+        return best
 
     def capacity(self, shape: Shape, pools: tuple[Pool, ...]) -> bool:
         """Whether a job of this shape could ever run on `pools` (of an empty cluster)."""
+        known = self.capacities.get((shape, pools))
+        if known is None:
+            known = self.capacities[shape, pools] = self._capacity(shape, pools)
+        return known
+
+    def _capacity(self, shape: Shape, pools: tuple[Pool, ...]) -> bool:
         nodes, per, gpus = shape
         if nodes == 0:
             return any(gpus <= sum(self.size[n] for n in p.nodes) for p in pools)

@@ -19,6 +19,7 @@ from scheduler.core import Job, Scheduler
 from scheduler.settings import SchedulerSettings
 from scheduler.simulate import fitting, make_cluster, replay
 from scheduler.workload import Workload
+from tests.test_scheduler_properties import VARIANTS as UNIFORM_VARIANTS
 
 NODES = [
     Node("a1", 8, "A100"),
@@ -43,15 +44,8 @@ jobs = st.lists(
     max_size=30,
 )
 
-VARIANTS = [
-    SchedulerSettings(policy="fcfs"),
-    SchedulerSettings(policy="sjf"),
-    SchedulerSettings(policy="easy"),
-    SchedulerSettings(policy="sing", max_head_wait_s=15),
-    SchedulerSettings(policy="sing", backfill_rule="budget"),
-    SchedulerSettings(policy="sing", placement="any", power_of_two=True),
-    SchedulerSettings(policy="easy", max_jobs_per_user=1),
-]
+# The uniform property tests' variants, but a small-job pool (which needs one GPU model)
+VARIANTS = [v for v in UNIFORM_VARIANTS if not v.small_pool_nodes]
 
 
 def to_workload(rows) -> Workload:
