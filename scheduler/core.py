@@ -330,18 +330,22 @@ class Scheduler:
     def _backfill_pass(self, now: float, started: list[int], only: set[int] | None = None) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
-        Only classes whose shape can fit in the currently freest node are looked at (and, if
-        given, only those in `only`); within a pass free GPUs only shrink, so a class that fails
-        to place is dropped for the pass.
+        Only classes whose shape can fit in the currently freest node are looked at (`only`, if
+        given, holds such classes: the caller checked); within a pass free GPUs only shrink, so a
+        class that fails to place is dropped for the pass.
         """
         most_free = self.cluster.most_free()
         lanes, state = self.lanes, self.state
         blocked = self.class_of[self.head] if self.policy != "sjf" else -1
+        if only is None:
+            only = set()
+            for per, cls in self.class_order:
+                if per > most_free:
+                    break
+                only.add(cls)
         cands = []
-        for per, cls in self.class_order:
-            if per > most_free:
-                break
-            if cls != blocked and (only is None or cls in only):
+        for cls in only:
+            if cls != blocked:
                 entry = lanes[cls].head(state)
                 if entry is not None:
                     cands.append((entry, cls))
