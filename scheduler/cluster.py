@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 Alloc = list[tuple[int, list[int]]]  # (node index, GPU indices on that node)
@@ -74,12 +74,11 @@ class Pool:
         """GPUs of this pool's largest node."""
         return self.widths[0] if self.widths else 0
 
-    def idle(self) -> Iterator[int]:
-        """Nodes with every GPU free."""
-        for s in self.widths:
-            for node in self.by_free[s]:
-                if self.size[node] == s:
-                    yield node
+    def idle(self) -> list[int]:
+        """Nodes with every GPU free (of one node size: its bucket itself, not a copy)."""
+        if len(self.widths) == 1:
+            return self.by_free[self.widths[0]]
+        return [n for s in self.widths for n in self.by_free[s] if self.size[n] == s]
 
     def at_least(self, gpus: int) -> int:
         """Nodes of this pool with >= `gpus` GPUs (free or not)."""
