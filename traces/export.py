@@ -466,7 +466,8 @@ def _inventory(
         "WHERE gpu_model = 'other'"
     )
     named = "node_map" if aliases == "global" else "inventory"
-    width = max(3, len(str(con.execute(f"SELECT count(*) FROM {named}").fetchone()[0])))
+    [(count,)] = con.execute(f"SELECT count(*) FROM {named}").fetchall()
+    width = max(3, len(str(count)))
     statement = NODES_SQL[aliases].format(order=NODE_ORDER.get(settings.node_aliases, ""))
     table = con.sql(statement, params=_used(params | {"width": width}, statement)).to_arrow_table()
     return conform(NODES, table) if table.num_rows else None
