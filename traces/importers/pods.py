@@ -100,15 +100,17 @@ def _gpu_request(df: pl.DataFrame, gpus: pl.Series, path: Path) -> pl.Series:
 
 def _state(phase: pl.Series, scheduled: pl.Series, deleted: pl.Series) -> pl.Series:
     """The source state to normalise (module docstring): the phase, or what deletion meant."""
-    at_end = deleted.is_null() | (deleted == deleted.max())
-    exited = phase.str.strip_chars().str.to_lowercase().is_in(["succeeded", "failed"])
-    return pl.select(
-        pl.when(scheduled.is_null() & at_end)
+    pods = pl.DataFrame({"phase": phase, "scheduled": scheduled, "deleted": deleted})
+    at_end = pl.col("deleted").is_null() | (pl.col("deleted") == pl.col("deleted").max())
+    exited = pl.col("phase").str.strip_chars().str.to_lowercase().is_in(["succeeded", "failed"])
+    never = pl.col("scheduled").is_null()
+    return pods.select(
+        pl.when(never & at_end)
         .then(pl.lit("Pending"))
-        .when(scheduled.is_null())
+        .when(never)
         .then(pl.lit("Cancelled"))
         .when(exited)
-        .then(phase)
+        .then(pl.col("phase"))
         .when(at_end)
         .then(pl.lit("Running"))
         .otherwise(pl.lit("Cancelled"))
