@@ -206,8 +206,14 @@ class Cluster:
         return (-(-gpus // G), G, gpus)
 
     def models_for(self, model: str) -> tuple[Pool, ...]:
-        """Pools of GPU model `model` ("" = any model); () if the cluster has none of it."""
-        return self.model_pools.get(model, ())
+        """Pools of GPU model `model` ("" = any model; `A|B`: either, as pod lists write it);
+        () if the cluster has none of it."""
+        pools = self.model_pools.get(model)
+        if pools is None:
+            named = dict.fromkeys(m.strip() for m in model.split("|") if m.strip())
+            pools = tuple(p for m in named for p in self.model_pools.get(m, ()))
+            self.model_pools[model] = pools
+        return pools
 
     def pools_for(self, shape: Shape, model: str = "") -> tuple[Pool, ...]:
         """Pools a job of this shape (on `model`, "" = any) may use, in the order it tries them."""

@@ -1,8 +1,8 @@
 """The cluster a replay runs on, as a node list: `--cluster FILE` or a release's `nodes` resource.
 
 Both have the columns `node,gpus,gpu_model` (the open format's `nodes` resource): one row per
-node, its GPU count and its GPU model (empty = unnamed). A release without a node list leaves the
-cluster to `--nodes`/`--gpus-per-node` or `--cluster`.
+node, its GPU count and its GPU model (empty = unnamed); nodes without GPUs are left out. A
+release without a node list leaves the cluster to `--nodes`/`--gpus-per-node` or `--cluster`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from scheduler.cluster import Node
 from sing.errors import UserError
+from traces.read import read_nodes
 
 COLUMNS = ("node", "gpus", "gpu_model")
 
@@ -39,20 +38,16 @@ def read_cluster(path: str | Path) -> list[Node]:
 
 
 def release_nodes(release: Path) -> list[Node] | None:
-    """The node list of a release (its nodes.parquet), or None if it carries none."""
-    file = release / "nodes.parquet"
-    if not file.is_file():
+    """The node list of a release (its `nodes` resource), or None if it carries none."""
+    table = read_nodes(release)
+    if table is None:
         return None
-    table = pq.read_table(file)
     if not {"node", "gpus"} <= set(table.column_names):
-        raise UserError(f"{file}: a nodes table needs the columns node and gpus")
+        raise UserError(f"{release}: its nodes table needs the columns node and gpus")
     models = table["gpu_model"].to_pylist() if "gpu_model" in table.column_names else None
     names, gpus = table["node"].to_pylist(), table["gpus"].to_pylist()
-    rows = [
-        (n, g, (models[k] if models else None) or "")
-        for k, (n, g) in enumerate(zip(names, gpus, strict=True))
-    ]
-    return _nodes(file, rows, first_line=1)
+    rows = zip(names, gpus, models or [""] * len(names), strict=True)
+    return _nodes(release / "nodes.parquet", [(n, g, m or "") for n, g, m in rows], first_line=1)
 
 
 def _nodes(source: Path, rows: list[tuple], first_line: int) -> list[Node]:
@@ -62,14 +57,17 @@ def _nodes(source: Path, rows: list[tuple], first_line: int) -> list[Node]:
         try:
             count = int(str(gpus).strip())
         except ValueError:
-            count = 0
-        if not name or count < 1:
+            count = -1
+        if not name or count < 0:
             raise UserError(
-                f"{source} row {line}: need a node name and a whole number of GPUs >= 1, "
+                f"{source} row {line}: need a node name and a whole number of GPUs >= 0, "
                 f"got node={name!r} gpus={gpus!r}"
             )
         if name in seen:
             raise UserError(f"{source} row {line}: node {name!r} listed twice")
         seen.add(name)
-        nodes.append(Node(name, count, str(model).strip()))
+        if count:  # a CPU-only node is no part of the GPU cluster
+            nodes.append(Node(name, count, str(model).strip()))
+    if not nodes:
+        raise UserError(f"{source}: no node with GPUs")
     return nodes

@@ -111,10 +111,11 @@ def _is_release_csv(path: Path) -> bool:
 def _read_release(path: Path) -> Trace:
     jobs = jobs_for_simulation(path)
     release = path if path.is_dir() else jobs_file(path).parent
-    origin = 0.0
+    origin, nodes = 0.0, None
     if (release / "datapackage.json").is_file():
         stamp = datetime.fromisoformat(read_package(release)["release_start"])
         origin = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+        nodes = release_nodes(release)
     request = jobs["gpu_request"].to_list()
     shares = [_share(r) for r in request]
     limits = jobs["time_limit_s"].to_list()
@@ -131,7 +132,7 @@ def _read_release(path: Path) -> Trace:
         model=jobs["gpu_model_request"].to_list(),
         recorded_start=[None if t is None else origin + t for t in starts],
     )
-    return Trace(workload, origin, release_nodes(release), simulation_skips(path))
+    return Trace(workload, origin, nodes, simulation_skips(path))
 
 
 def _share(gpu_request: float) -> int:

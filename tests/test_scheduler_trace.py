@@ -7,8 +7,6 @@ import csv
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from sing.cli import main
@@ -66,20 +64,42 @@ def test_simulate_reads_a_release_its_parquet_or_its_csv(
     assert "skipped: 1 cpu-only, 0 never ran, 0 cannot fit" in err
 
 
-def test_a_release_node_list_is_the_cluster(
+def test_a_release_without_node_list_needs_a_cluster(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = release(tmp_path, capsys)
-    code, _, err = simulate(capsys, "--trace", str(trace))
+    code, _, err = simulate(capsys, "--trace", str(release(tmp_path, capsys)))
     assert code == 1 and "carries no node list" in err and "--cluster FILE" in err
-    nodes = pa.table({"node": ["n001", "n002"], "gpus": [8, 8], "gpu_model": ["V100", "V100"]})
-    pq.write_table(nodes, trace / "nodes.parquet")
-    code, out, err = simulate(capsys, "--trace", str(trace), "--policy", "fcfs", "--json")
+
+
+def test_a_pod_list_release_runs_on_its_own_node_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Seven pods on 5 nodes (2 P100, 8 V100M32, 4 + 1 V100M16, one CPU-only node): one pod is
+    # CPU-only, two were never scheduled; pod 1 asks for 0.46 GPU, pod 3 for V100M16 or V100M32.
+    out, starts = tmp_path / "pods", tmp_path / "starts.csv"
+    argv = ["trace", "import", "--format", "pods", str(FIXTURES / "openb_pod_list.csv"),
+            "--nodes", str(FIXTURES / "openb_node_list.csv"), "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    code, out_, err = simulate(
+        capsys, "--trace", str(out), "--policy", "fcfs", "--json", "--starts-out", str(starts)
+    )
     assert code == 0, err
-    assert json.loads(out)[0]["jobs"] == 3  # the 16-GPU job fits on the release's 2 x 8 GPUs
-    pq.write_table(nodes.slice(0, 1), trace / "nodes.parquet")
-    code, out, err = simulate(capsys, "--trace", str(trace), "--policy", "fcfs", "--json")
-    assert json.loads(out)[0]["jobs"] == 2 and "1 cannot fit (too large: 1)" in err
+    assert "skipped: 1 cpu-only, 2 never ran, 0 cannot fit" in err
+    (row,) = json.loads(out_)
+    assert (row["jobs"], row["skipped_never_ran"], row["busy_assignment"]) == (4, 2, None)
+    with starts.open() as f:
+        placed = {r["job_id"]: (r["num_gpus"], r["placement"]) for r in csv.DictReader(f)}
+    assert placed == {
+        "openb-pod-0000": ("1", "openb-node-0000:0"),
+        "openb-pod-0001": ("0.46", "openb-node-0000:1"),  # a share, on the next free GPU
+        "openb-pod-0002": ("8", "openb-node-0001:0,1,2,3,4,5,6,7"),
+        "openb-pod-0003": ("1", "openb-node-0003:0"),  # V100M16 (best fit: the 1-GPU node)
+    }
+    code, out_, _ = simulate(capsys, "--trace", str(out), "--validate", "--json")
+    (check,) = json.loads(out_)
+    # recorded waits 0, 30, 60, 0 s; the simulated cluster starts all four at once
+    assert check["jobs"] == 4 and check["mean_abs_error_s"] == pytest.approx(22.5)
 
 
 @pytest.mark.parametrize(

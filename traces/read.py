@@ -1,4 +1,5 @@
-"""Reading a trace directory: the jobs table, and jobs as the scheduler simulator replays them."""
+"""Reading a trace directory: its tables, its node inventory, and jobs as the simulator
+replays them."""
 
 from __future__ import annotations
 
@@ -98,6 +99,12 @@ def _read_jobs(path: str | Path) -> pl.DataFrame:
     return jobs.with_columns(
         pl.lit(None, dtype=t).alias(c) for c, t in OPTIONAL.items() if c not in jobs.columns
     )
+
+
+def read_nodes(path: str | Path) -> pa.Table | None:
+    """The trace's node inventory (node, gpus, gpu_model), or None when the release has none."""
+    listed = {r.get("name") for r in read_package(path).get("resources", [])}
+    return read_table(path, "nodes") if "nodes" in listed else None
 
 
 def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
