@@ -1,37 +1,66 @@
-"""Replay speed per policy on the full Philly jobs file (82,247 jobs) on 64 x 8 GPUs, one core.
+"""Replay speed per policy on the full Philly jobs file (82,247 jobs), one core: on today's
+uniform 64 x 8 GPUs, and on a mixed cluster with fractional GPUs and model constraints.
 
-Targets (issue 9): >= 200,000 jobs/s for fcfs, sjf and sing; >= 100,000 for easy. Prints, per
-policy, the best of five runs by wall time and by this process's CPU time (on a shared machine
-other processes steal wall time; CPU time is what the replay itself costs), and the CPU rate's
-ratio to the target.
+Targets (issues 9 and 14): >= 200,000 jobs/s for fcfs, sjf and sing; >= 100,000 for easy, on both
+paths. The mixed run: 32 nodes of 8 "V100" + 64 nodes of 4 "P100" (the same 512 GPUs); every
+third 1-GPU job asks for half a GPU, every fifth job for "V100" (jobs that can never fit there
+are skipped, as `sing simulate` does). Prints, per policy and path, the best of REPEATS runs by
+this process's CPU time (on a shared machine other processes steal wall time; CPU time is what
+the replay itself costs), and its ratio to the target.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from scheduler.cluster import Node
 from scheduler.settings import POLICIES, SchedulerSettings
-from scheduler.simulate import replay
-from scheduler.workload import read_trace
+from scheduler.simulate import fitting, make_cluster, replay
+from scheduler.workload import Workload, read_trace
 
 PHILLY = Path(__file__).resolve().parents[2] / "shared/traces/philly/philly_pollux_jobs.csv"
 TARGETS = {"fcfs": 200_000, "sjf": 200_000, "sing": 200_000, "easy": 100_000}
 NODES, GPUS_PER_NODE, REPEATS = 64, 8, 5
+MIXED = [Node(f"v{i:02d}", 8, "V100") for i in range(32)] + [
+    Node(f"p{i:02d}", 4, "P100") for i in range(64)
+]
+
+
+def mixed_workload(jobs: Workload) -> Workload:
+    """Philly with every third 1-GPU job at half a GPU and every fifth job on V100 only."""
+    share = [500 if g == 1 and k % 3 == 0 else 0 for k, g in enumerate(jobs.num_gpus)]
+    model = ["V100" if k % 5 == 0 else "" for k in range(len(jobs))]
+    return dataclasses.replace(jobs, share=share, model=model)
+
+
+def cpu_rate(workload: Workload, nodes, policy: str) -> float:
+    runs = [
+        replay(workload, nodes, GPUS_PER_NODE, SchedulerSettings(), policy) for _ in range(REPEATS)
+    ]
+    return len(workload) / min(r.cpu_s for r in runs)
 
 
 def main() -> None:
-    workload = read_trace(PHILLY)
-    print(f"{len(workload):,} Philly jobs on {NODES}x{GPUS_PER_NODE} GPUs, best of {REPEATS}")
-    print(f"{'policy':>6} {'jobs/s wall':>12} {'jobs/s cpu':>11} {'target':>9} {'ratio':>6}")
+    uniform = read_trace(PHILLY)
+    settings = SchedulerSettings()
+    mixed, unfit = fitting(mixed_workload(uniform), make_cluster(MIXED, 0, settings), settings)
+    shares = sum(1 for s in mixed.share if s)
+    print(
+        f"{len(uniform):,} Philly jobs, best of {REPEATS}, jobs/s of CPU time (one core)\n"
+        f"uniform: {NODES}x{GPUS_PER_NODE} GPUs; mixed: 32x8 V100 + 64x4 P100, {len(mixed):,} jobs "
+        f"({shares:,} half-GPU shares, {sum(1 for m in mixed.model if m):,} on V100 only, "
+        f"{sum(unfit.values())} skipped: {dict(unfit)})"
+    )
+    print(f"{'policy':>6} {'uniform':>9} {'mixed':>9} {'target':>9} {'ratio u':>8} {'ratio m':>8}")
     for policy in POLICIES:
-        runs = [
-            replay(workload, NODES, GPUS_PER_NODE, SchedulerSettings(), policy)
-            for _ in range(REPEATS)
-        ]
-        wall = len(workload) / min(r.wall_s for r in runs)
-        cpu = len(workload) / min(r.cpu_s for r in runs)
+        rate_u = cpu_rate(uniform, NODES, policy)
+        rate_m = cpu_rate(mixed, MIXED, policy)
         target = TARGETS[policy]
-        print(f"{policy:>6} {wall:>12,.0f} {cpu:>11,.0f} {target:>9,} {cpu / target:>6.2f}")
+        print(
+            f"{policy:>6} {rate_u:>9,.0f} {rate_m:>9,.0f} {target:>9,} "
+            f"{rate_u / target:>8.2f} {rate_m / target:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

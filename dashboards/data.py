@@ -354,7 +354,12 @@ def trace_release(
     release = build_release(Warehouse(root), since, until, load_key(settings.key_file), settings)
     with tempfile.TemporaryDirectory(prefix="sing-trace-") as tmp:
         path = write_trace(
-            Path(tmp) / "trace", release.jobs, release.info, release.timeseries, settings.write_csv
+            Path(tmp) / "trace",
+            release.jobs,
+            release.info,
+            release.timeseries,
+            settings.write_csv,
+            nodes=release.nodes,
         )
         archive = zip_trace(path)
     return TraceRelease(pl.from_arrow(release.jobs), release.suppressed_jobs, archive)

@@ -20,6 +20,16 @@ A job's *shape* is `(nodes, per_node, gpus)`:
 An optional *small-job pool* (the last `small_pool_nodes` nodes) only takes jobs of at most
 `small_job_max_gpus` GPUs; those jobs try the small pool first, so the general pool stays free for
 larger jobs.
+
+A *mixed* cluster (`Cluster.mixed`) has nodes of different GPU counts and models. Its nodes are
+numbered by model, then name, and each model's nodes form one pool: a job constrained to a model
+uses that model's pool only, any other job tries the pools in model order (a job never spans two
+models). `gpus_per_node` is then the largest node's count.
+
+A *share* is a fractional request (shape `(1, 0, thousandths)`): it goes on the GPU with the least
+remaining share that suffices, else on a whole free GPU (best-fit node), which from then on lends
+out its share in thousandths until every share on it has ended. A share never straddles two GPUs,
+and a GPU lending shares is not free for whole-GPU jobs.
 """
 
 from __future__ import annotations
@@ -27,22 +37,52 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 Alloc = list[tuple[int, list[int]]]  # (node index, GPU indices on that node)
 Shape = tuple[int, int, int]  # (nodes, per_node, gpus); see the module docstring
+WHOLE = 1000  # a GPU in thousandths: the unit of shares
+
+
+class Node(NamedTuple):
+    """One node of a mixed cluster (a row of a node list: node,gpus,gpu_model)."""
+
+    name: str
+    gpus: int
+    gpu_model: str = ""
 
 
 class Pool:
     """A range of nodes with a free-count index: `by_free[c]` = nodes with c free, ascending."""
 
-    __slots__ = ("nodes", "by_free", "max_free")
+    __slots__ = ("nodes", "by_free", "max_free", "size", "widths", "partial")
 
-    def __init__(self, nodes: range, gpus_per_node: int) -> None:
+    def __init__(self, nodes: range, size: list[int], top: int) -> None:
+        """`size[n]`: GPUs of node n (the cluster's list); `top`: the cluster's largest node."""
         self.nodes = nodes
-        self.by_free: list[list[int]] = [[] for _ in range(gpus_per_node + 1)]
-        self.by_free[gpus_per_node] = list(nodes)
+        self.size = size
+        self.by_free: list[list[int]] = [[] for _ in range(top + 1)]
+        for node in nodes:
+            self.by_free[size[node]].append(node)
+        self.widths = sorted({size[n] for n in nodes}, reverse=True)  # node sizes, largest first
         # Most free GPUs on any one node: a request for more fails without looking at buckets.
-        self.max_free = gpus_per_node if nodes else 0
+        self.max_free = self.widths[0] if nodes else 0
+        # GPUs lending shares: (thousandths left, node, GPU), ascending (best fit is a bisect).
+        self.partial: list[tuple[int, int, int]] = []
+
+    def width(self) -> int:
+        """GPUs of this pool's largest node."""
+        return self.widths[0] if self.widths else 0
+
+    def idle(self) -> list[int]:
+        """Nodes with every GPU free (of one node size: its bucket itself, not a copy)."""
+        if len(self.widths) == 1:
+            return self.by_free[self.widths[0]]
+        return [n for s in self.widths for n in self.by_free[s] if self.size[n] == s]
+
+    def at_least(self, gpus: int) -> int:
+        """Nodes of this pool with >= `gpus` GPUs (free or not)."""
+        return sum(self.size[n] >= gpus for n in self.nodes)
 
     def free_gpus(self) -> int:
         return sum(c * len(bucket) for c, bucket in enumerate(self.by_free))
@@ -59,7 +99,8 @@ class Pool:
 
 
 class Cluster:
-    """`nodes` x `gpus_per_node` GPUs, optionally with a pool reserved for small jobs."""
+    """`nodes` x `gpus_per_node` GPUs, optionally with a pool reserved for small jobs; or a mixed
+    cluster from a node list (`Cluster.mixed`)."""
 
     def __init__(
         self,
@@ -74,35 +115,88 @@ class Cluster:
             raise ValueError(
                 f"a cluster needs >= 1 node and >= 1 GPU per node, got {nodes}x{gpus_per_node}"
             )
-        if not 0 <= small_pool_nodes < nodes:
-            raise ValueError(f"small_pool_nodes={small_pool_nodes} must be in [0, nodes={nodes})")
         width = len(str(nodes - 1))
         given = names or [f"node{i:0{width}d}" for i in range(nodes)]
-        self.names = tuple(sorted(given, key=natural_key))
-        if len(self.names) != nodes or len(set(self.names)) != nodes:
+        if len(given) != nodes:
             raise ValueError(f"need {nodes} distinct node names, got {list(given)}")
-        self.gpus_per_node = gpus_per_node
+        self._build([Node(n, gpus_per_node) for n in given], small_pool_nodes, small_job_max_gpus)
+
+    @classmethod
+    def mixed(
+        cls, nodes: Sequence[Node], *, small_pool_nodes: int = 0, small_job_max_gpus: int = 1
+    ) -> Cluster:
+        """A cluster of these nodes (GPU counts and models may differ)."""
+        if not nodes or any(n.gpus < 1 for n in nodes):
+            raise ValueError("a cluster needs >= 1 node, each with >= 1 GPU")
+        if small_pool_nodes and len({n.gpu_model for n in nodes}) > 1:
+            raise ValueError("small_pool_nodes needs a cluster of one GPU model")
+        cluster = cls.__new__(cls)
+        cluster._build(list(nodes), small_pool_nodes, small_job_max_gpus)
+        return cluster
+
+    def _build(self, given: list[Node], small_pool_nodes: int, small_job_max_gpus: int) -> None:
+        count = len(given)
+        if not 0 <= small_pool_nodes < count:
+            raise ValueError(f"small_pool_nodes={small_pool_nodes} must be in [0, nodes={count})")
+        ordered = sorted(given, key=lambda n: (n.gpu_model, natural_key(n.name)))
+        self.names = tuple(n.name for n in ordered)
+        if len(set(self.names)) != count:
+            raise ValueError(f"need {count} distinct node names, got {[n.name for n in given]}")
+        self.size = [n.gpus for n in ordered]
+        self.model = [n.gpu_model for n in ordered]
+        self.gpus_per_node = top = max(self.size)
+        self.total_gpus = sum(self.size)
         self.small_job_max_gpus = small_job_max_gpus
         # Free GPU indices per node, as a stack: the lowest index is handed out first.
-        self.free = [list(range(gpus_per_node - 1, -1, -1)) for _ in range(nodes)]
-        self.free_count = [gpus_per_node] * nodes
-        self.general = Pool(range(nodes - small_pool_nodes), gpus_per_node)
-        self.small = Pool(range(nodes - small_pool_nodes, nodes), gpus_per_node)
-        self.pool_of = [
-            self.small if n >= nodes - small_pool_nodes else self.general for n in range(nodes)
-        ]
+        self.free = [list(range(g - 1, -1, -1)) for g in self.size]
+        self.free_count = list(self.size)
+        self.share_left: dict[tuple[int, int], int] = {}  # (node, GPU) lending shares -> left
+        self.capacities: dict[tuple[Shape, tuple[Pool, ...]], bool] = {}  # capacity's answers
+        # One pool per model (its nodes are consecutive); the small pool needs a single model.
+        self.model_pools: dict[str, tuple[Pool, ...]] = {}
+        first = 0
+        for k in range(1, count + 1):
+            if k == count or self.model[k] != self.model[first]:
+                end = k - small_pool_nodes if k == count else k
+                self.model_pools[self.model[first]] = (Pool(range(first, end), self.size, top),)
+                first = k
+        self.small = Pool(range(count - small_pool_nodes, count), self.size, top)
+        every = tuple(pool for pools in self.model_pools.values() for pool in pools)
+        self.model_pools[""] = every
+        self.general = every[0]
+        self.pool_of = [self.small] * count
+        for pool in every:
+            for node in pool.nodes:
+                self.pool_of[node] = pool
+        self.all_pools = (*every, self.small)
+        if len(self.all_pools) > 2:
+            self.most_free = self._most_free_of_all  # type: ignore[method-assign]
 
     @property
     def nodes(self) -> int:
         return len(self.names)
 
     @property
-    def total_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
+    def uniform(self) -> bool:
+        return len(set(self.size)) == 1 and len(set(self.model)) == 1
 
-    def shape(self, gpus: int, nodes: int = 0, pack: bool = True) -> Shape:
-        """The shape a request of `gpus` GPUs (on `nodes` nodes, 0 = any) takes here."""
-        G = self.gpus_per_node
+    def describe(self) -> str:
+        """`64x8` for a uniform cluster, else `32x8 V100 + 16x4 T4`."""
+        if self.uniform:
+            return f"{self.nodes}x{self.gpus_per_node}" + (
+                f" {self.model[0]}" * bool(self.model[0])
+            )
+        kinds: dict[tuple[int, str], int] = {}
+        for size, model in zip(self.size, self.model, strict=True):
+            kinds[size, model] = kinds.get((size, model), 0) + 1
+        return " + ".join(f"{n}x{g} {m or '(no model)'}" for (g, m), n in kinds.items())
+
+    def shape(
+        self, gpus: int, nodes: int = 0, pack: bool = True, pools: tuple[Pool, ...] = ()
+    ) -> Shape:
+        """The shape a request of `gpus` GPUs (on `nodes` nodes, 0 = any) takes on `pools`
+        (default: all; a job larger than one node takes whole nodes of their largest size)."""
+        G = max(p.width() for p in pools) if pools else self.gpus_per_node
         if nodes > 0:
             return (nodes, -(-gpus // nodes), gpus)
         if not pack:
@@ -111,26 +205,51 @@ class Cluster:
             return (1, gpus, gpus)
         return (-(-gpus // G), G, gpus)
 
-    def pools_for(self, shape: Shape) -> tuple[Pool, ...]:
-        """Pools a job of this shape may use, in the order it tries them."""
-        if not self.small.nodes:
-            return (self.general,)
-        if shape[0] <= 1 and shape[2] <= self.small_job_max_gpus:
-            return (self.small, self.general)
-        return (self.general,)
+    def models_for(self, model: str) -> tuple[Pool, ...]:
+        """Pools of GPU model `model` ("" = any model; `A|B`: either, as pod lists write it);
+        () if the cluster has none of it."""
+        pools = self.model_pools.get(model)
+        if pools is None:
+            named = dict.fromkeys(m.strip() for m in model.split("|") if m.strip())
+            pools = tuple(p for m in named for p in self.model_pools.get(m, ()))
+            self.model_pools[model] = pools
+        return pools
+
+    def pools_for(self, shape: Shape, model: str = "") -> tuple[Pool, ...]:
+        """Pools a job of this shape (on `model`, "" = any) may use, in the order it tries them."""
+        pools = self.models_for(model)
+        if pools and self.small.nodes and shape[0] <= 1 and shape[1] <= self.small_job_max_gpus:
+            return (self.small, *pools)
+        return pools
 
     def most_free(self) -> int:
         """Most free GPUs on any one node: no job needing more per node can start now."""
         general, small = self.general.max_free, self.small.max_free
         return general if general >= small else small
 
-    def capacity(self, shape: Shape) -> bool:
-        """Whether a job of this shape could ever run here (on an empty cluster)."""
+    def _most_free_of_all(self) -> int:
+        """`most_free` of a cluster of several models (a loop: faster than max() here)."""
+        best = 0
+        for pool in self.all_pools:
+            if pool.max_free > best:
+                best = pool.max_free
+        return best
+
+    def capacity(self, shape: Shape, pools: tuple[Pool, ...]) -> bool:
+        """Whether a job of this shape could ever run on `pools` (of an empty cluster)."""
+        known = self.capacities.get((shape, pools))
+        if known is None:
+            known = self.capacities[shape, pools] = self._capacity(shape, pools)
+        return known
+
+    def _capacity(self, shape: Shape, pools: tuple[Pool, ...]) -> bool:
         nodes, per, gpus = shape
-        pools = self.pools_for(shape)
         if nodes == 0:
-            return gpus <= sum(len(p.nodes) for p in pools) * self.gpus_per_node
-        return per <= self.gpus_per_node and any(len(p.nodes) >= nodes for p in pools)
+            return any(gpus <= sum(self.size[n] for n in p.nodes) for p in pools)
+        shares = split(shape)
+        return any(
+            all(p.at_least(s) >= sum(t >= s for t in shares) for s in set(shares)) for p in pools
+        )
 
     def place(
         self, shape: Shape, pools: tuple[Pool, ...], avoid: Collection[int] = ()
@@ -138,6 +257,8 @@ class Cluster:
         """Take GPUs for `shape` best-fit (fewest free GPUs that suffice, then lowest-numbered
         node); None if it cannot fit. Nodes in `avoid` are not used (a reservation)."""
         nodes, per, gpus = shape
+        if not per:
+            return self._place_share(gpus, pools, avoid)
         if nodes == 1 and not avoid:  # the hot path, inlined: best fit, lowest-numbered first
             for pool in pools:
                 by_free = pool.by_free
@@ -158,6 +279,46 @@ class Cluster:
             if chosen:
                 return [(node, self._take(node, take)) for node, take in sorted(chosen)]
         return None
+
+    def _place_share(
+        self, share: int, pools: tuple[Pool, ...], avoid: Collection[int]
+    ) -> Alloc | None:
+        """A share of `share` thousandths: on the GPU with the least share left that suffices,
+        else on a whole free GPU of the best-fit node."""
+        for pool in pools:
+            partial = pool.partial
+            k = bisect_left(partial, (share, -1, -1))
+            while k < len(partial) and partial[k][1] in avoid:
+                k += 1
+            if k < len(partial):
+                left, node, gpu = partial.pop(k)
+                self._lend(pool, node, gpu, left - share)
+                return [(node, [gpu])]
+        for pool in pools:
+            node = pool.best_fit(1, avoid)
+            if node >= 0:
+                gpu = self._take(node, 1)[0]
+                self._lend(pool, node, gpu, WHOLE - share)
+                return [(node, [gpu])]
+        return None
+
+    def _lend(self, pool: Pool, node: int, gpu: int, left: int) -> None:
+        self.share_left[node, gpu] = left
+        if left:
+            insort(pool.partial, (left, node, gpu))
+
+    def release_share(self, alloc: Alloc, share: int) -> None:
+        """Give a share back; its GPU is whole and free again once its last share has ended."""
+        ((node, (gpu,)),) = alloc
+        pool = self.pool_of[node]
+        left = self.share_left.pop((node, gpu))
+        if left:
+            partial = pool.partial
+            del partial[bisect_left(partial, (left, node, gpu))]
+        if left + share == WHOLE:
+            self.release(alloc)
+        else:
+            self._lend(pool, node, gpu, left + share)
 
     def freest(self, count: int, pools: tuple[Pool, ...]) -> set[int]:
         """The `count` nodes with the most free GPUs (lowest-numbered among equals): where a
@@ -238,8 +399,9 @@ def _pick(pool: Pool, shape: Shape, avoid: Collection[int]) -> list[tuple[int, i
     free enough for every smaller one.
     """
     shares = split(shape)
-    if len(pool.by_free[-1]) < shares.count(len(pool.by_free) - 1):
-        return None  # not enough whole free nodes
+    top = pool.max_free
+    if top < shares[0] or len(pool.by_free[top]) < shares.count(top):
+        return None  # not enough free nodes for the largest shares
     chosen: list[tuple[int, int]] = []
     taken = set(avoid)
     for share in shares:

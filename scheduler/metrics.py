@@ -14,19 +14,45 @@
   of what they asked for (everyone slowed down alike), 1/users when one user gets all the service.
   And the worst user's mean wait.
 - Starved jobs: waited longer than the starvation bound.
+- Offered load: the GPU-seconds the jobs ask for / (cluster GPUs x window): below ~0.3 queues
+  rarely form and every policy gives about the same waits.
+
+A figure that is undefined (no jobs; a zero-length window; no time with a waiting job) is None,
+never 0: the table shows "n/a", --json null.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from scheduler.cluster import WHOLE
 from scheduler.simulate import Replay
+from scheduler.workload import Workload
 
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0
+NA = "n/a"  # how tables show an undefined figure (None)
+# The figures of a summary that need jobs (None without any).
+FIGURES = (
+    "window_s",
+    "gpu_assignment",
+    "busy_assignment",
+    "mean_wait_s",
+    "p50_wait_s",
+    "p95_wait_s",
+    "p99_wait_s",
+    "max_wait_s",
+    "mean_jct_s",
+    "mean_bounded_slowdown",
+    "jain_fairness",
+    "worst_user_mean_wait_s",
+    "jobs_per_s",
+)
 
 
-def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
+def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str | None]:
     jobs = run.workload
+    if not len(jobs):
+        return {"policy": run.policy, "jobs": 0, **dict.fromkeys(FIGURES), "starved_jobs": 0}
     submit = np.asarray(jobs.submit, dtype=float)
     duration = np.asarray(jobs.duration, dtype=float)
     gpus = np.asarray(run.gpus, dtype=float)
@@ -46,8 +72,8 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
         "policy": run.policy,
         "jobs": len(jobs),
         "window_s": span,
-        "gpu_assignment": float(received.sum() / (run.cluster.total_gpus * span)) if span else 0.0,
-        "busy_assignment": _ratio(*busy_window(submit, start, end, gpus)) / run.cluster.total_gpus,
+        "gpu_assignment": _ratio(float(received.sum()), run.cluster.total_gpus * span),
+        "busy_assignment": _ratio(*busy_window(submit, start, end, gpus), run.cluster.total_gpus),
         "mean_wait_s": float(wait.mean()),
         "p50_wait_s": float(p50),
         "p95_wait_s": float(p95),
@@ -60,7 +86,7 @@ def summarize(run: Replay, starvation_s: float) -> dict[str, float | int | str]:
         "jain_fairness": jain(share),
         "worst_user_mean_wait_s": float(per_user_wait.max()),
         "starved_jobs": int((wait > starvation_s).sum()),
-        "jobs_per_s": len(jobs) / run.wall_s if run.wall_s else 0.0,
+        "jobs_per_s": _ratio(len(jobs), run.wall_s),
     }
 
 
@@ -74,8 +100,24 @@ def _overlap(begin: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.nda
     return np.clip(np.minimum(end, hi) - np.maximum(begin, lo), 0.0, None)
 
 
-def _ratio(part: float, whole: float) -> float:
-    return part / whole if whole else 0.0
+def _ratio(part: float, whole: float, per: float = 1.0) -> float | None:
+    """part / whole / per; None (undefined, not 0) when whole is 0."""
+    return part / whole / per if whole else None
+
+
+def offered_load(
+    jobs: Workload, total_gpus: int, since: float | None = None, until: float | None = None
+) -> float | None:
+    """GPU-seconds asked / (GPUs x window); the window is [since, until), each end defaulting
+    to the first or last submit. None for no jobs or a zero-length window."""
+    if not len(jobs):
+        return None
+    gpus = np.where(np.asarray(jobs.share) > 0, np.asarray(jobs.share) / WHOLE, jobs.num_gpus)
+    lo = min(jobs.submit) if since is None else since
+    hi = max(jobs.submit) if until is None else until
+    return _ratio(
+        float((gpus * np.asarray(jobs.duration, dtype=float)).sum()), total_gpus * (hi - lo)
+    )
 
 
 def busy_window(submit, start, end, gpus) -> tuple[float, float]:

@@ -11,10 +11,11 @@ import dataclasses
 import gc
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from heapq import heappop, heappush
 
-from scheduler.cluster import Alloc, Cluster
+from scheduler.cluster import WHOLE, Alloc, Cluster, Node
 from scheduler.core import Scheduler
 from scheduler.settings import SchedulerSettings
 from scheduler.workload import Workload
@@ -28,7 +29,7 @@ class Replay:
     workload: Workload
     cluster: Cluster
     start: list[float]
-    gpus: list[int]  # GPUs each job held (power-of-two rounding included)
+    gpus: list[float]  # GPUs each job held (power-of-two rounding included; shares as fractions)
     allocs: list[Alloc]
     wall_s: float  # replay time, for jobs/s
     cpu_s: float  # the same in this process's CPU time (steadier on a shared machine)
@@ -38,30 +39,66 @@ class Replay:
 
 
 def make_cluster(
-    nodes: int,
+    nodes: int | Sequence[Node],
     gpus_per_node: int,
     settings: SchedulerSettings,
     names: Sequence[str] | None = None,
 ) -> Cluster:
-    return Cluster(
-        nodes,
-        gpus_per_node,
-        names=names,
-        small_pool_nodes=settings.small_pool_nodes,
-        small_job_max_gpus=settings.small_job_max_gpus,
-    )
+    """`nodes` x `gpus_per_node` GPUs, or the mixed cluster of the node list `nodes`."""
+    pools = {
+        "small_pool_nodes": settings.small_pool_nodes,
+        "small_job_max_gpus": settings.small_job_max_gpus,
+    }
+    if isinstance(nodes, int):
+        return Cluster(nodes, gpus_per_node, names=names, **pools)
+    return Cluster.mixed(nodes, **pools)
+
+
+def fitting(
+    workload: Workload, cluster: Cluster, settings: SchedulerSettings
+) -> tuple[Workload, Counter[str]]:
+    """The jobs that can ever run on `cluster`, and how many cannot, by reason ("model X missing",
+    "too large"): counted, not refused, so one odd job does not stop a replay."""
+    sched = Scheduler(cluster, settings)
+    keep: list[int] = []
+    unfit: Counter[str] = Counter()
+    verdicts: dict[tuple, str] = {}
+    for k in range(len(workload)):
+        request = (
+            workload.num_gpus[k],
+            workload.num_nodes[k],
+            workload.share[k],
+            workload.model[k],
+        )
+        if request not in verdicts:
+            try:
+                sched.fit(workload.job_id[k], *request)
+                verdicts[request] = ""
+            except ValueError:
+                verdicts[request] = _unfit_reason(cluster, *request)
+        if verdicts[request]:
+            unfit[verdicts[request]] += 1
+        else:
+            keep.append(k)
+    return workload.select(keep), unfit
+
+
+def _unfit_reason(cluster: Cluster, gpus: int, nodes: int, share: int, model: str) -> str:
+    if model and not cluster.models_for(model):
+        return f"model {model} missing"
+    return "fewer GPUs than nodes" if nodes > gpus else "too large"
 
 
 def replay(
     workload: Workload,
-    nodes: int,
-    gpus_per_node: int,
+    nodes: int | Sequence[Node],
+    gpus_per_node: int = 0,
     settings: SchedulerSettings | None = None,
     policy: str | None = None,
     names: Sequence[str] | None = None,
 ) -> Replay:
-    """Replay `workload` on `nodes` x `gpus_per_node` GPUs under `policy` (default: settings'),
-    on nodes called `names` (default node0, node1, ...)."""
+    """Replay `workload` on `nodes` x `gpus_per_node` GPUs (or the node list `nodes`) under
+    `policy` (default: settings'), on nodes called `names` (default node0, node1, ...)."""
     settings = settings or SchedulerSettings()
     jobs = workload.sorted_by_submit()
     sched = Scheduler(make_cluster(nodes, gpus_per_node, settings, names), settings, policy)
@@ -73,6 +110,8 @@ def replay(
             jobs.num_nodes[k],
             jobs.duration[k],
             jobs.time_limit[k],
+            jobs.share[k],
+            jobs.model[k],
         )
     # The event loop makes no reference cycles, so the cyclic garbage collector would only rescan
     # the (many, long-lived) job columns over and over: pausing it doubles the replay speed.
@@ -85,7 +124,8 @@ def replay(
     finally:
         if collecting:
             gc.enable()
-    return Replay(sched.policy, jobs, sched.cluster, start, sched.gpus, sched.allocs, wall, cpu)
+    held = [s / WHOLE if s else g for g, s in zip(sched.gpus, sched.shares, strict=True)]
+    return Replay(sched.policy, jobs, sched.cluster, start, held, sched.allocs, wall, cpu)
 
 
 def _run(sched: Scheduler, submit: list[float], duration: list[float]) -> list[float]:

@@ -3,9 +3,10 @@
 One test per importer, 2,000 inputs each (tests/fuzzing.py scales them). Sources are tables
 with each format's columns (some left out, some unknown added) and cells drawn from values near
 the ones the importers parse: times in and out of range, across daylight-saving gaps, with and
-without offsets; numbers that overflow, NaN, text; quotes, commas and blank lines. Property: a
-complete trace directory or sing.errors.UserError; on an error nothing is written beside the
-sources (no trace, no half-written temporary directory).
+without offsets; numbers that overflow, NaN, text; quotes, commas and blank lines; pod lists
+with and without a node list (--nodes). Property: a complete trace directory or
+sing.errors.UserError; on an error nothing is written beside the sources (no trace, no
+half-written temporary directory).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ pytestmark = pytest.mark.timeout(1800)
 GOOD = {
     "time": ["2017-10-03 06:13:03", "2020-04-01 08:00:00", "2017-11-05 01:30:00",
              "2017-03-12 02:30:00", "2017-10-03 06:13:03.5", "2020-04-01T08:00:00"],
-    "number": ["0", "1", "8", "-5", "1.5", "3600", "1507532515"],
-    "text": ["a", "u1", "COMPLETED", "FAILED", "Running", "é", 'a "q"', "a,b", "x\ny"],
+    "number": ["0", "1", "8", "-5", "1.5", "460", "1000", "3600", "1507532515"],
+    "text": ["a", "u1", "COMPLETED", "FAILED", "Running", "Succeeded", "Pending", "é", 'a "q"',
+             "a,b", "x\ny"],
 }  # fmt: skip
 ODD = ["", "None", "-", "NAN", " ", "2023-05-01 10:00:00+08:00", "2023-05-01 10:00:00Z",
        "2020-13-01 08:00:00", "0001-01-01 00:00:00", "9999-12-31 23:59:59", "2017-10-03",
@@ -49,7 +51,9 @@ CELLS = {kind: mostly(st.sampled_from(good), st.sampled_from(ODD)) for kind, goo
 CELL = st.sampled_from(sum(GOOD.values(), []) + ODD)
 TIME_COLUMNS = {"timestamp", "submit_time", "start_time", "end_time"}
 NUMBER_COLUMNS = {"duration", "num_gpus", "gpu_time", "gpu_num", "cpu_num", "node_num", "queue",
-                  "inst_num", "plan_cpu", "plan_mem", "plan_gpu"}  # fmt: skip
+                  "inst_num", "plan_cpu", "plan_mem", "plan_gpu", "cpu_milli", "memory_mib",
+                  "num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time",
+                  "gpu"}  # fmt: skip
 
 
 def kind(column: str, fmt: str) -> str:
@@ -65,7 +69,10 @@ COLUMNS = {
     "acme": ["job_id", "user", "gpu_num", "cpu_num", "node_num", "state", "submit_time",
              "start_time", "end_time", "duration", "queue", "type"],
     "pai": ["job_name", "inst_id", "user", "status", "start_time", "end_time"],
+    "pods": ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
+             "pod_phase", "creation_time", "deletion_time", "scheduled_time"],
 }  # fmt: skip
+NODE_LIST = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
 PAI_TASKS = ["job_name", "task_name", "inst_num", "status", "start_time", "end_time",
              "plan_cpu", "plan_mem", "plan_gpu", "gpu_type"]  # fmt: skip
 
@@ -97,6 +104,15 @@ def csv_source(fmt: str) -> st.SearchStrategy[dict[str, str]]:
             },  # fmt: skip
             table(COLUMNS["pai"], fmt),
             st.none() | table(PAI_TASKS, fmt),
+        )
+    if fmt == "pods":  # a pod list, with a node list (--nodes) or without
+        return st.builds(
+            lambda pods, nodes: {
+                "pods.csv": ",".join(pods[0]) + "\n" + pods[1],
+                **({"nodes.csv": ",".join(nodes[0]) + "\n" + nodes[1]} if nodes else {}),
+            },
+            table(COLUMNS["pods"], fmt),
+            st.none() | table(NODE_LIST, fmt),
         )
     name = {"philly": "philly.csv", "helios": "cluster_log.csv", "acme": "trace.csv"}[fmt]
     return table(COLUMNS[fmt], fmt).map(lambda t: {name: ",".join(t[0]) + "\n" + t[1]})
@@ -130,7 +146,7 @@ PAI_HUGE_TASK = {
 # Each importer's sources ({file name: text}; the first file is the one imported).
 SOURCES = {
     "philly": csv_source("philly") | JOB_LOG,
-    **{fmt: csv_source(fmt) for fmt in ("helios", "acme", "pai")},
+    **{fmt: csv_source(fmt) for fmt in ("helios", "acme", "pai", "pods")},
 }
 
 
@@ -142,6 +158,8 @@ KNOWN = {
     ],
     "acme": [{"t.csv": "job_id,user,gpu_num,node_num,state,submit_time\n,,,,," + FIRST}],
     "pai": [PAI_HUGE_TASK],
+    # only blank rows: no deletion time at all to take the trace's end from
+    "pods": [{"pods.csv": ",".join(COLUMNS["pods"]) + "\n" + ",".join([""] * 11) + "\n\n"}],
 }
 
 
@@ -153,7 +171,8 @@ def whole_trace_or_nothing(fmt: str, files: dict[str, str]) -> None:
             (base / name).write_text(text)
         (base / "out").mkdir()
         try:
-            trace = import_trace(fmt, base / next(iter(files)), base / "out" / "trace")
+            nodes = base / "nodes.csv" if "nodes.csv" in files else None  # --nodes
+            trace = import_trace(fmt, base / next(iter(files)), base / "out" / "trace", nodes=nodes)
         except UserError:
             event(f"{fmt}: refused")
             assert sorted(p.name for p in base.iterdir()) == sorted([*files, "out"])
@@ -180,3 +199,4 @@ test_philly_importer_writes_a_whole_trace_or_nothing = fuzz_importer("philly")
 test_helios_importer_writes_a_whole_trace_or_nothing = fuzz_importer("helios")
 test_acme_importer_writes_a_whole_trace_or_nothing = fuzz_importer("acme")
 test_pai_importer_writes_a_whole_trace_or_nothing = fuzz_importer("pai")
+test_pods_importer_writes_a_whole_trace_or_nothing = fuzz_importer("pods")

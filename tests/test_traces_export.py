@@ -346,6 +346,51 @@ def test_rare_shape_policies(tmp_path):
     assert models["keep"] == (["A100"] * 6 + ["H100"] * 3 + ["V100"] * 3, 0)
 
 
+def test_nodes_resource_is_the_inventory_under_the_jobs_aliases_or_its_own(tmp_path):
+    """Node-named aliases: the jobs' aliases, untouched nodes numbered on, a generalised
+    model hidden; per-job aliases: aliases of its own by model and size. A node that left
+    the cluster before the window is not listed."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("nodes", inventory(["A100", "H100", "V100"]))
+    wh.append(
+        "nodes",
+        pa.table(
+            {
+                "node": ["gpu-rack9-node09", "gpu-rack9-node10", "gpu-rack9-node10"],
+                "gpus": [8, 4, 0],  # node10 left 10 days before the window
+                "gpu_model": ["H100", "A100", "A100"],
+                "cluster": ["campus"] * 3,
+                "valid_from": [T0 - timedelta(days=d) for d in (30, 30, 10)],
+            }
+        ),
+    )
+    jobs = [job(u, user, u, 1, 1, [HOSTS[0]], 1) for u, user in enumerate(USERS)]
+    jobs += [job(10 + u, user, u, 1, 1, [HOSTS[1 + u // 3]], 1) for u, user in enumerate(USERS)]
+    wh.append("jobs", pa.Table.from_pylist(jobs))
+    precise = build_release(wh, T0, UNTIL, KEY, PRECISE)
+    assert sorted(precise.jobs["gpu_model"].to_pylist()) == ["A100"] * 6 + ["other"] * 6
+    assert precise.jobs["gpu_request"].to_pylist() == [1.0] * 12  # = num_gpus
+    assert precise.nodes.to_pylist() == [
+        {"node": "n001", "gpus": 4, "gpu_model": "A100"},
+        {"node": "n002", "gpus": 4, "gpu_model": "other"},  # H100, generalised in the jobs
+        {"node": "n003", "gpus": 4, "gpu_model": "other"},  # V100, the same
+        {"node": "n004", "gpus": 8, "gpu_model": "H100"},  # node09: no job ran on it
+    ]
+    per_job = build_release(wh, T0, UNTIL, KEY, TraceSettings(k=1))
+    assert {tuple(n) for n in per_job.jobs["nodes"].to_pylist()} == {("n1",)}
+    assert [(n["gpus"], n["gpu_model"]) for n in per_job.nodes.to_pylist()] == [
+        (4, "A100"),
+        (4, "H100"),
+        (8, "H100"),
+        (4, "V100"),
+    ]
+    assert per_job.nodes["node"].to_pylist() == ["n001", "n002", "n003", "n004"]
+    result = export_trace(wh, T0, UNTIL, tmp_path / "t", KEY, PRECISE)
+    assert pq.read_table(result.path / "nodes.parquet").num_rows == 4
+    assert validate(result.path) == []
+    assert "cluster: 4 nodes, 20 GPUs" in (result.path / "README.md").read_text()
+
+
 def test_multi_node_job_lists_and_medians(tmp_path):
     """A job on node03 then node01: renamed nodes keep the job's order, RDMA bytes follow them,
     and the median runs over its three GPUs (a one-GPU job's median is its mean)."""

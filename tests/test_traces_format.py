@@ -1,21 +1,29 @@
-"""The format's single field list, the [trace] config section and the pseudonym function."""
+"""The format's single field list and its versions, the [trace] config section, pseudonyms."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sing.config import Config
 from sing.errors import UserError
 from traces.anonymize import hmac_sha256_hex, pseudonymize
 from traces.format import RESOURCES
+from traces.importers import import_trace
+from traces.package import ReleaseInfo, write_trace
+from traces.read import read_nodes
 from traces.settings import TraceSettings
+from traces.validate import validate
 
 DOC = Path(__file__).parents[1] / "docs" / "trace-format.md"
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
 
 def test_doc_describes_every_field():
@@ -80,3 +88,18 @@ def test_privacy_keys_are_checked(tmp_path):
         file.write_text(f"[trace]\n{text}\n")
         with pytest.raises(UserError, match=message):
             Config.load(file).section("trace", TraceSettings)
+
+
+def test_release_of_format_1_1_still_validates(tmp_path):
+    """A 1.1 release (no gpu_request, gpu_model_request or nodes) is valid for a 1.2 reader."""
+    jobs = pq.read_table(
+        import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "new")
+        / "jobs.parquet"
+    ).drop_columns(["gpu_request", "gpu_model_request"])
+    info = ReleaseInfo(title="old", release_start=datetime(2020, 4, 1, tzinfo=UTC))
+    old = write_trace(tmp_path / "old", jobs, info)
+    package = json.loads((old / "datapackage.json").read_text())
+    package["sing_format"]["version"] = package["version"] = "1.1"
+    (old / "datapackage.json").write_text(json.dumps(package))
+    assert validate(old) == [] and read_nodes(old) is None
+    assert "gpu_request" not in (old / "jobs.csv").read_text().splitlines()[0]

@@ -13,7 +13,7 @@ from sing.cli import main
 from sing.errors import UserError
 from tests.shared_data import PHILLY, require
 from traces.importers import import_trace
-from traces.read import jobs_for_simulation
+from traces.read import SIMULATION_COLUMNS, jobs_for_simulation, read_nodes
 from traces.swf import write_swf
 from traces.validate import validate
 
@@ -94,10 +94,11 @@ def test_acme_offsets_are_honoured(tmp_path):
 
 def test_pai_headerless_tables_with_fractional_gpus(tmp_path):
     out = import_trace("pai", FIXTURES / "pai_job_table.csv", tmp_path / "t")
-    assert rows(out, "job_id", "queue_s", "run_s", "num_gpus", "state", "censored") == [
-        ("joba", 10.0, 90.0, 1, "failed", False),  # half a GPU, rounded up
-        ("jobb", 50.0, 3550.0, 2, "completed", False),  # 2 x 100% + a ps task without GPU
-        ("jobc", 200.0, None, 2, "running", True),  # 4 x 50%
+    got = rows(out, "job_id", "queue_s", "run_s", "num_gpus", "gpu_request", "state", "censored")
+    assert got == [
+        ("joba", 10.0, 90.0, 1, 0.5, "failed", False),  # half a GPU, rounded up
+        ("jobb", 50.0, 3550.0, 2, 2.0, "completed", False),  # 2 x 100% + a ps task without GPU
+        ("jobc", 200.0, None, 2, 2.0, "running", True),  # 4 x 50%
     ]
     assert validate(out) == []
 
@@ -184,9 +185,180 @@ def test_swf_export(tmp_path):
 def test_jobs_for_simulation_leaves_out_cpu_and_unstarted_jobs(tmp_path):
     out = import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "t")
     sim = jobs_for_simulation(out)
-    assert sim.columns == ["job_id", "user", "submit_time_s", "duration_s", "num_gpus", "num_nodes"]
+    assert sim.columns == list(SIMULATION_COLUMNS)
     assert sim.rows() == [
-        ("1", "u1", 0.0, 60.0, 1, 1),
-        ("3", "u2", 3600.0, 3600.0, 8, 1),
-        ("4", "u3", 61_200.0, 7200.0, 16, 2),
+        ("1", "u1", 0.0, 60.0, 1, 1, 1.0, "", None, 30.0),
+        ("3", "u2", 3600.0, 3600.0, 8, 1, 8.0, "", None, 4200.0),
+        ("4", "u3", 61_200.0, 7200.0, 16, 2, 16.0, "", None, 61_200.0),
+    ]
+
+
+def test_pods_with_node_list_known_answer(tmp_path):
+    """Seven hand-made pods (fixture) whose figures are worked out by hand below."""
+    out = import_trace(
+        "pods",
+        FIXTURES / "openb_pod_list.csv",
+        tmp_path / "t",
+        nodes=FIXTURES / "openb_node_list.csv",
+    )
+    assert rows(out, "job_id", "submit_s", "start_s", "end_s", "run_s", "queue_s") == [
+        ("openb-pod-0000", 0.0, 0.0, 5000.0, 5000.0, 0.0),  # scheduled at 0: 0 is a real time
+        ("openb-pod-0001", 100.0, 130.0, 10_000.0, 9870.0, 30.0),
+        ("openb-pod-0002", 200.0, 260.0, 3800.0, 3540.0, 60.0),
+        ("openb-pod-0003", 300.0, 300.0, 400.0, 100.0, 0.0),
+        ("openb-pod-0004", 400.0, None, 700.0, None, None),  # never scheduled, deleted
+        ("openb-pod-0005", 500.0, 502.0, 10_000.0, 9498.0, 2.0),
+        ("openb-pod-0006", 600.0, None, 10_000.0, None, None),  # still waiting at the end
+    ]
+    got = rows(out, "state", "censored", "num_gpus", "gpu_request", "gpu_model_request")
+    assert got == [
+        ("cancelled", False, 1, 1.0, None),  # deleted at 5000 while Running
+        ("running", True, 1, 0.46, None),  # 460 milli-GPU; alive at the end (10,000 s)
+        ("completed", False, 8, 8.0, None),
+        ("failed", False, 1, 1.0, "V100M16|V100M32"),  # the allowed models as written
+        ("cancelled", False, 1, 1.0, None),
+        ("running", True, 0, 0.0, None),  # CPU-only pod kept
+        ("pending", True, 2, 2.0, "G2"),
+    ]
+    assert rows(out, "partition", "num_nodes", "gpus_per_node")[2] == ("Burstable", 1, 8)
+    agg = figures(out)
+    # GPU-seconds by num_gpus: 5000 x 1 + 9870 x 1 + 3540 x 8 + 100 x 1 (pod 5 has no GPU)
+    assert agg["gpu_seconds"] == 43_290.0 and (agg["jobs"], agg["gpu_jobs"]) == (7, 6)
+    assert agg["jobs_by_state"] == {
+        "cancelled": 2,
+        "completed": 1,
+        "failed": 1,
+        "pending": 1,
+        "running": 2,
+    }
+    assert agg["median_run_s"] == (5000.0 + 3540.0) / 2  # of 9870, 3540, 100, 5000 (GPU pods)
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "1970-01-01T00:00:00+00:00"
+    assert package["sing_format"]["version"] == "1.2"
+    assert read_nodes(out).to_pylist() == [
+        {"node": "openb-node-0000", "gpus": 2, "gpu_model": "P100"},
+        {"node": "openb-node-0001", "gpus": 8, "gpu_model": "V100M32"},
+        {"node": "openb-node-0002", "gpus": 4, "gpu_model": "V100M16"},
+        {"node": "openb-node-0003", "gpus": 1, "gpu_model": "V100M16"},
+        {"node": "openb-node-0004", "gpus": 0, "gpu_model": None},  # a CPU node
+    ]
+    assert validate(out) == []
+    nodes_csv = out / "nodes.csv"
+    nodes_csv.write_text(nodes_csv.read_text().replace(",8,", ",4,"))
+    assert any("nodes.csv: SHA-256 differs" in p for p in validate(out))
+
+
+def test_pods_cli_prints_jobs_and_cluster(tmp_path, capsys):
+    code = main(
+        [
+            "trace",
+            "import",
+            "--format",
+            "pods",
+            str(FIXTURES / "openb_pod_list.csv"),
+            "--nodes",
+            str(FIXTURES / "openb_node_list.csv"),
+            "--out",
+            str(tmp_path / "t"),
+        ]
+    )
+    assert code == 0
+    assert "7 jobs, 12.0 GPU-hours; 5 nodes, 15 GPUs" in capsys.readouterr().out
+
+
+def test_release_without_node_list_has_no_nodes(tmp_path):
+    out = import_trace("pods", FIXTURES / "openb_pod_list.csv", tmp_path / "t")
+    assert read_nodes(out) is None and not (out / "nodes.parquet").exists()
+
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+
+
+@pytest.mark.parametrize(
+    ("pods", "nodes", "message"),
+    [
+        ("p1,1,1,1,500,,LS,Running,0,9,0\np1,1,1,1,500,,LS,Running,1,9,1\n", None,
+         "pods.csv: line 3: pod name listed twice"),
+        ("p1,1,1,1,0,,LS,Running,0,9,0\n", None,
+         "line 2: column gpu_milli: a GPU pod asks for 1 to 1000 thousandths"),
+        ("p1,1,1,1,1500,,LS,Running,0,9,0\n", None, "line 2: column gpu_milli"),
+        ("p1,1,1,-1,0,,LS,Running,0,9,0\n", None, "line 2: column num_gpu: a GPU count is 0"),
+        ("p1,1,1,1,1000,,LS,Running,,9,0\n", None, "line 2: column creation_time is empty"),
+        ("p1,1,1,1,1000,,LS,Running,0,9,soon\n", None,
+         "line 2: column scheduled_time: 'soon' is not a number"),
+        ("p1,1,1,1,1000,,LS,Running,0,9,0\n", "a,1,1,8,A100\na,1,1,8,A100\n",
+         "nodes.csv: line 3: node listed twice"),
+        ("p1,1,1,1,1000,,LS,Running,0,9,0\n", "a,1,1,-8,A100\n",
+         "nodes.csv: line 2: column gpu: a node has 0 GPUs or more"),
+    ],
+)  # fmt: skip
+def test_pods_bad_rows_name_their_line_and_write_nothing(tmp_path, pods, nodes, message):
+    (tmp_path / "pods.csv").write_text(POD_HEADER + pods)
+    node_list = None
+    if nodes is not None:
+        node_list = tmp_path / "nodes.csv"
+        node_list.write_text(NODE_HEADER + nodes)
+    with pytest.raises(UserError) as err:
+        import_trace("pods", tmp_path / "pods.csv", tmp_path / "out", nodes=node_list)
+    assert message in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_node_list_needs_its_columns(tmp_path):
+    (tmp_path / "nodes.csv").write_text("host,gpu\na,8\n")
+    with pytest.raises(UserError, match=r"missing column\(s\) node or sn, gpu_model or model"):
+        import_trace(
+            "helios",
+            FIXTURES / "helios_cluster_log.csv",
+            tmp_path / "out",
+            nodes=tmp_path / "nodes.csv",
+        )
+
+
+def test_pai_jobs_that_never_started_are_not_runs(tmp_path):
+    """PAI writes 0 for a time that never came; a job whose tasks never started, or that ended
+    before its first task started, has no start or run time."""
+    (tmp_path / "pai_job_table.header").write_text(
+        "job_name,inst_id,user,status,start_time,end_time"
+    )
+    (tmp_path / "pai_job_table.csv").write_text(
+        "ran,i1,u,Terminated,100,400\n"  # task started at 150: queue 50, run 250
+        "waiting,i2,u,Waiting,200,0\n"  # task start 0: never started, still waiting
+        "killed,i3,u,Failed,300,350\n"  # its task never started (empty): cancelled
+        "early,i4,u,Terminated,400,450\n"  # ended before its task's start at 500
+    )
+    (tmp_path / "pai_task_table.header").write_text(
+        "job_name,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type"
+    )
+    (tmp_path / "pai_task_table.csv").write_text(
+        "ran,worker,2,Terminated,150,400,100,1,25,T4\n"
+        "waiting,worker,1,Waiting,0,0,100,1,100,\n"
+        "killed,worker,1,Failed,,,100,1,100,\n"
+        "early,worker,1,Terminated,500,450,100,1,100,\n"
+    )
+    out = import_trace("pai", tmp_path / "pai_job_table.csv", tmp_path / "t")
+    got = rows(out, "job_id", "start_s", "queue_s", "run_s", "state", "censored", "gpu_request")
+    assert got == [
+        ("ran", 150.0, 50.0, 250.0, "completed", False, 0.5),  # 2 x 25 %
+        ("waiting", None, None, None, "pending", True, 1.0),
+        ("killed", None, None, None, "cancelled", False, 1.0),
+        ("early", None, None, None, "cancelled", False, 1.0),
+    ]
+    assert rows(out, "num_gpus")[0] == (1,)  # half a GPU, rounded up
+    assert validate(out) == []
+
+
+def test_pai_without_task_table_waiting_jobs_did_not_run(tmp_path):
+    (tmp_path / "pai_job_table.header").write_text(
+        "job_name,inst_id,user,status,start_time,end_time"
+    )
+    (tmp_path / "pai_job_table.csv").write_text("a,i1,u,Terminated,100,400\nb,i2,u,Waiting,200,\n")
+    out = import_trace("pai", tmp_path / "pai_job_table.csv", tmp_path / "t")
+    assert rows(out, "job_id", "start_s", "run_s", "state") == [
+        ("a", 100.0, 300.0, "completed"),  # start unknown: the submit time, as documented
+        ("b", None, None, "pending"),
     ]

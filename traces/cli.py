@@ -6,13 +6,15 @@ import argparse
 import json
 from datetime import UTC, datetime
 
+import pyarrow.compute as pc
+
 from sing.config import Config
 from sing.errors import UserError
 from sing.progress import Progress
 from traces import aggregates, linkage
 from traces.export import export_trace
 from traces.importers import FORMATS, import_trace
-from traces.read import read_package, read_table
+from traces.read import read_nodes, read_package, read_table
 from traces.settings import TraceSettings, load_key
 from traces.swf import write_swf
 from traces.validate import validate
@@ -45,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="the source file (Philly: .csv jobs file or .json job log)")
     p.add_argument("--out", required=True, help="new directory to write the trace to")
     p.add_argument("--timezone", help="zone of naive times in the source (default per format)")
+    p.add_argument(
+        "--nodes",
+        metavar="NODE_LIST",
+        help="CSV of the cluster's nodes (sn,gpu,model or node,gpus,gpu_model): the nodes table",
+    )
     p.set_defaults(func=_import)
 
     p = sub.add_parser("validate", help="check a trace against its datapackage.json")
@@ -139,9 +146,12 @@ def _ratio(value: float | None) -> str:
 
 
 def _import(args: argparse.Namespace, config: Config) -> int:
-    path = import_trace(args.format, args.file, args.out, args.timezone)
+    path = import_trace(args.format, args.file, args.out, args.timezone, args.nodes)
     figures = json.loads((path / "aggregates.json").read_text())
-    print(f"wrote {path}: {figures['jobs']} jobs, {figures['gpu_hours']:.1f} GPU-hours")
+    nodes = read_nodes(path)
+    gpus = 0 if nodes is None else pc.sum(nodes["gpus"]).as_py() or 0
+    cluster = "" if nodes is None else f"; {nodes.num_rows} nodes, {gpus} GPUs"
+    print(f"wrote {path}: {figures['jobs']} jobs, {figures['gpu_hours']:.1f} GPU-hours{cluster}")
     return 0
 
 

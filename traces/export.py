@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sing.errors import UserError
 from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
-from traces.format import JOBS, TIMESERIES, conform, exit_class_sql, state_sql
+from traces.format import JOBS, NODES, TIMESERIES, conform, exit_class_sql, state_sql
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import ANY, TraceSettings, load_key
 from warehouse.analytics import job_gpu_sql, job_rdma_sql
@@ -136,6 +136,49 @@ FROM (
 """
 NODE_ORDER = {"name_order": "node", "random": "sha256($salt || node)"}
 
+# The cluster's inventory in the window: per node (by name, as node_map), its latest version in
+# force during [since, until) that had GPUs. Parameters: $since, $until.
+INVENTORY_SQL = """
+CREATE TEMP TABLE inventory AS
+WITH v AS (
+    SELECT node, gpus, gpu_model, coalesce(valid_from, TIMESTAMPTZ '0001-01-01') AS valid_from,
+           lead(valid_from) OVER (PARTITION BY cluster, node ORDER BY valid_from NULLS FIRST)
+               AS valid_to
+    FROM nodes
+)
+SELECT node, arg_max(gpus, valid_from)::BIGINT AS gpus, arg_max(gpu_model, valid_from) AS gpu_model
+FROM v
+WHERE valid_from < $until AND (valid_to IS NULL OR valid_to > $since) AND gpus > 0
+GROUP BY node
+"""
+# The released `nodes` resource, per kind of job aliases. Per-node aliases (random, name_order):
+# the nodes of node_map under the jobs' aliases, then the other nodes of the inventory numbered
+# on in the same order; a node on which a released job's GPU model was generalised shows
+# 'other' too (`hidden`), so the inventory does not undo the k rule. Per-job aliases: the
+# inventory alone, numbered by model, size and a keyed hash: it names no job's node.
+# Parameters: $width, $salt.
+NODES_SQL = {
+    "global": """
+WITH extra AS (
+    SELECT node, printf('n%0' || $width || 'd', (SELECT count(*) FROM node_map)
+                        + row_number() OVER (ORDER BY {order})) AS alias
+    FROM inventory ANTI JOIN node_map USING (node)
+),
+named AS (SELECT node, alias FROM node_map UNION ALL SELECT node, alias FROM extra)
+SELECT a.alias AS node, i.gpus,
+       CASE WHEN a.alias IN (SELECT alias FROM hidden) THEN 'other' ELSE i.gpu_model END
+           AS gpu_model
+FROM named a LEFT JOIN inventory i USING (node)
+ORDER BY a.alias
+""",
+    "per_job": """
+SELECT printf('n%0' || $width || 'd',
+              row_number() OVER (ORDER BY gpu_model, gpus, sha256($salt || node))) AS node,
+       gpus, gpu_model
+FROM inventory ORDER BY node
+""",
+}
+
 # How a job's nodes are named in the jobs query: from `node_map`, or by their place in the
 # job's own list (per_job). Each: a one-node job's list and join, a longer list's entry and join.
 NODE_ALIASES = {
@@ -217,7 +260,8 @@ times AS (
 SELECT t.job_id, t."user", k."group", t.submit_s, t.start_s, t.end_s, t.run_s, t.queue_s,
        {outcome_sql("t")},
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
-       t.time_limit_s, t.interactive, t.censored, d.clean AS dependencies,
+       t.num_gpus::DOUBLE AS gpu_request, t.time_limit_s, t.interactive, t.censored,
+       d.clean AS dependencies,
        nl.nodes, g.gpu_util_mean,
        CASE WHEN g.gpus = 1 THEN g.gpu_util_mean ELSE p.gpu_util_p50 END AS gpu_util_p50,
        g.gpu_util_max, g.sm_active_mean,
@@ -289,6 +333,7 @@ class Release:
     timeseries: pa.Table | None
     info: ReleaseInfo
     suppressed_jobs: int
+    nodes: pa.Table | None = None  # the cluster's inventory (format 1.2)
 
 
 @dataclass
@@ -348,6 +393,7 @@ def build_release(
         series = con.sql(statement, params=_used(params, statement)).to_arrow_table()
         series = series.set_column(0, "job_id", pseudonymize(series["job_id"], key, "j"))
         series = conform(TIMESERIES, series)
+    inventory = _inventory(con, params, aliases, settings, kept)
     jobs = _pseudonymize_jobs(kept, key, settings)
     jobs = conform(JOBS, jobs, dropped=settings.drop)
     info = ReleaseInfo(
@@ -356,12 +402,13 @@ def build_release(
         release_end=None if settings.time_shift else until,
         source="sing export",
         collection=_collection_text(settings),
-        anonymization=_anonymization_lines(settings, suppressed, nodes),
+        anonymization=_anonymization_lines(settings, suppressed, nodes)
+        + ([INVENTORY_LINE[aliases]] if inventory is not None else []),
         biases=BIASES,
         threat_model=THREAT_MODEL,
         policy=_policy(settings),
     )
-    return Release(jobs, series, info, suppressed)
+    return Release(jobs, series, info, suppressed, inventory)
 
 
 def export_trace(
@@ -379,7 +426,14 @@ def export_trace(
     """
     key = key if key is not None else load_key(settings.key_file)
     release = build_release(warehouse, since, until, key, settings, timeseries)
-    path = write_trace(out_dir, release.jobs, release.info, release.timeseries, settings.write_csv)
+    path = write_trace(
+        out_dir,
+        release.jobs,
+        release.info,
+        release.timeseries,
+        settings.write_csv,
+        nodes=release.nodes,
+    )
     figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
     return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
 
@@ -398,6 +452,25 @@ def export_zip(
             warehouse, since, until, Path(tmp) / "trace", key, settings, timeseries
         )
         return zip_trace(result.path)
+
+
+def _inventory(
+    con, params: dict, aliases: str, settings: TraceSettings, kept: pa.Table
+) -> pa.Table | None:
+    """The `nodes` resource (NODES_SQL), or None when the warehouse knows no node. Aliases are
+    as wide as node_map's (per node) or as the inventory needs (per job)."""
+    con.execute(INVENTORY_SQL, _used(params, INVENTORY_SQL))
+    con.register("released", kept.select(["nodes", "gpu_model"]))
+    con.execute(
+        "CREATE TEMP VIEW hidden AS SELECT DISTINCT unnest(nodes) AS alias FROM released "
+        "WHERE gpu_model = 'other'"
+    )
+    named = "node_map" if aliases == "global" else "inventory"
+    [(count,)] = con.execute(f"SELECT count(*) FROM {named}").fetchall()
+    width = max(3, len(str(count)))
+    statement = NODES_SQL[aliases].format(order=NODE_ORDER.get(settings.node_aliases, ""))
+    table = con.sql(statement, params=_used(params | {"width": width}, statement)).to_arrow_table()
+    return conform(NODES, table) if table.num_rows else None
 
 
 def _used(params: dict, statement: str) -> dict:
@@ -562,6 +635,15 @@ def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -
         f"k={settings.k} users, none with more than half of them; {suppressed} jobs left out.",
         "Fields left out: " + (", ".join(settings.drop) or "none") + ".",
     ]
+
+
+# What the datasheet says of the nodes resource, per kind of job aliases.
+INVENTORY_LINE = {
+    "per_job": "nodes.csv is the cluster's inventory (GPUs and model per node, as `sinfo` shows "
+    "every user) under aliases of its own, numbered by model and size: they name no job's node.",
+    "global": "nodes.csv gives each node's GPUs and model under the jobs' node aliases; a node "
+    "that ran a job whose GPU model was generalised shows 'other'.",
+}
 
 
 def _listed(names: tuple[str, ...]) -> str:

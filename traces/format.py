@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 FORMAT_NAME = "sing-trace"
-FORMAT_VERSION = "1.1"  # 1.1: datapackage.json "anonymization"; a secret time origin
+# 1.1: datapackage.json "anonymization"; a secret time origin. 1.2: jobs.gpu_request (shares of
+# one GPU) and jobs.gpu_model_request; the optional `nodes` resource (the cluster's inventory).
+# Each step only adds, so a 1.2 reader reads 1.0 and 1.1 releases.
+FORMAT_VERSION = "1.2"
 
 STATES = (
     "completed",
@@ -126,6 +129,19 @@ JOBS = Resource(
         Field("gpus_per_node", INT, "GPUs", "GPUs per node.", minimum=0),
         Field("num_gpus", INT, "GPUs", "GPUs in total (fractional shares rounded up).", minimum=0),
         Field("gpu_model", S, None, "GPU model; 'other' where a rare shape was generalised."),
+        Field(
+            "gpu_request",
+            F,
+            "GPUs",
+            "GPUs requested; a share of one GPU is a fraction (0.25); empty = num_gpus.",
+            minimum=0,
+        ),
+        Field(
+            "gpu_model_request",
+            S,
+            None,
+            "GPU model(s) the job was constrained to, as the source lists them; empty = any.",
+        ),
         Field("time_limit_s", INT, "s", "Requested wall-time limit.", minimum=0),
         Field("interactive", B, None, "Interactive session rather than a batch job."),
         Field("censored", B, None, "Cut by the window: not finished by the release end.", True),
@@ -176,7 +192,19 @@ TIMESERIES = Resource(
     optional=True,
 )
 
-RESOURCES = {r.name: r for r in (JOBS, TIMESERIES)}
+NODES = Resource(
+    "nodes",
+    "One row per node of the cluster: its inventory (the cluster a simulator replays on).",
+    (
+        Field("node", S, None, "Node alias (as in jobs.nodes where those name nodes).", True),
+        Field("gpus", INT, "GPUs", "GPUs on the node.", minimum=0),
+        Field("gpu_model", S, None, "Model of the node's GPUs; empty for a node without GPUs."),
+    ),
+    primary_key=("node",),
+    optional=True,
+)
+
+RESOURCES = {r.name: r for r in (JOBS, TIMESERIES, NODES)}
 # Fields a release may leave out by policy ([trace] drop); identity and timing fields stay.
 DROPPABLE = tuple(f.name for f in JOBS.fields if not f.required and f.name not in ("run_s",))
 

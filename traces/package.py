@@ -20,11 +20,12 @@ from pathlib import Path
 from string import Template
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from traces import aggregates, sql
-from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, TIMESERIES, Resource
+from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, NODES, TIMESERIES, Resource
 
 DATAPACKAGE = "datapackage.json"
 AGGREGATES = "aggregates.json"
@@ -52,8 +53,10 @@ def write_trace(
     info: ReleaseInfo,
     timeseries: pa.Table | None = None,
     write_csv: bool = True,
+    nodes: pa.Table | None = None,
 ) -> Path:
-    """Write a complete trace directory at `out_dir` (which must not exist or be empty)."""
+    """Write a complete trace directory at `out_dir` (which must not exist or be empty);
+    the optional resources (timeseries, nodes) only when given."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out}: already exists and is not an empty directory; choose a new --out")
@@ -61,7 +64,8 @@ def write_trace(
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        tables = [(JOBS, jobs)] + ([(TIMESERIES, timeseries)] if timeseries is not None else [])
+        optional = [(TIMESERIES, timeseries), (NODES, nodes)]
+        tables = [(JOBS, jobs)] + [(spec, data) for spec, data in optional if data is not None]
         formats = ["parquet", "csv"] if write_csv else ["parquet"]
         # The Parquet and CSV writers and SHA-256 release the GIL: each file is written and
         # hashed in its own thread, beside the others and the aggregates query.
@@ -76,7 +80,7 @@ def write_trace(
         (tmp / AGGREGATES).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
         package = _datapackage(info, resources, figures)
         (tmp / DATAPACKAGE).write_text(json.dumps(package, indent=2) + "\n")
-        (tmp / "README.md").write_text(_datasheet(info, package, figures))
+        (tmp / "README.md").write_text(_datasheet(info, package, figures, nodes))
         if out.exists():
             out.rmdir()
         tmp.rename(out)
@@ -183,7 +187,7 @@ def _datapackage(info: ReleaseInfo, resources: list[dict], figures: dict) -> dic
     }
 
 
-def _datasheet(info: ReleaseInfo, package: dict, figures: dict) -> str:
+def _datasheet(info: ReleaseInfo, package: dict, figures: dict, nodes: pa.Table | None) -> str:
     bullets = lambda lines: "\n".join(f"- {line}" for line in lines) or "- none recorded"  # noqa: E731
     files = [
         f"| `{r['path']}` | {r['description']} ({r['rows']} rows, {r['format']}) |"
@@ -209,6 +213,7 @@ def _datasheet(info: ReleaseInfo, package: dict, figures: dict) -> str:
         gpu_hours=f"{figures['gpu_hours']:.1f}",
         users=figures["users"],
         censored_jobs=figures["censored_jobs"],
+        cluster=_cluster_line(nodes),
         collection=info.collection or "Not recorded.",
         anonymization=bullets(info.anonymization),
         threat_model=info.threat_model or "Not assessed: the publisher of the source decided.",
@@ -216,3 +221,11 @@ def _datasheet(info: ReleaseInfo, package: dict, figures: dict) -> str:
         files="\n".join(files),
         fields="\n".join(fields),
     )
+
+
+def _cluster_line(nodes: pa.Table | None) -> str:
+    """The datasheet's line on the cluster: its size from the nodes resource, if any."""
+    if nodes is None:
+        return "not included (no nodes resource)"
+    gpus = pc.sum(nodes["gpus"]).as_py() if "gpus" in nodes.column_names else None
+    return f"{nodes.num_rows} nodes, {gpus or 0} GPUs (`nodes.parquet`)"

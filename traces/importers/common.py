@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sing.errors import UserError
 from traces import sql
-from traces.format import JOBS, conform, state_sql
+from traces.format import JOBS, NODES, conform, state_sql
 
 LINE = "_line"
 # Unix seconds of 0001-01-01 and 9999-12-31 23:59:59: the times a datetime can hold.
@@ -40,6 +40,15 @@ JOB_COLUMNS = {
     "num_nodes": pl.Int64,
     "gpus_per_node": pl.Int64,
     "gpu_model": pl.String,
+    "gpu_request": pl.Float64,
+    "gpu_model_request": pl.String,
+}
+# A node list's columns, as the format names them or as a source does (Alibaba openb: sn, gpu,
+# model); the first name found of each is read.
+NODE_COLUMNS = {
+    "node": ("node", "sn"),
+    "gpus": ("gpus", "gpu"),
+    "gpu_model": ("gpu_model", "model"),
 }
 
 
@@ -51,6 +60,9 @@ class Source:
     title: str
     collection: str
     biases: list[str] = field(default_factory=list)
+    # Times counted from the trace's own start (a pod list): that start is the release start,
+    # so the source's seconds are the release's. None: midnight UTC of the first submit day.
+    origin: datetime | None = None
 
 
 def read_table(
@@ -128,9 +140,42 @@ def seconds_since_epoch(df: pl.DataFrame, column: str, path: Path) -> pl.Series:
 
 def require(df: pl.DataFrame, values: pl.Series, column: str, path: Path) -> None:
     """Fail on the first row where a required value is missing."""
-    missing = df.filter(values.is_null())
-    if missing.height:
-        raise UserError(f"{path}: line {missing[LINE][0]}: column {column} is empty")
+    reject(df, values.is_null(), path, f"column {column} is empty")
+
+
+def reject(df: pl.DataFrame, bad: pl.Series, path: Path, problem: str) -> None:
+    """Fail on the first row where `bad` holds, naming its line."""
+    rows = df.filter(bad.fill_null(False))
+    if rows.height:
+        raise UserError(f"{path}: line {rows[LINE][0]}: {problem}")
+
+
+def read_nodes(path: Path) -> pa.Table:
+    """A node list (node, GPUs, GPU model per row) as the format's `nodes` table.
+
+    Names are kept as the source wrote them (a public trace's own node names); a node without
+    GPUs has gpus 0 and no model. A repeated node name is an error: the list is an inventory.
+    """
+    df = read_table(path)
+    found = {
+        name: next((c for c in choices if c in df.columns), None)
+        for name, choices in NODE_COLUMNS.items()
+    }
+    missing = [" or ".join(NODE_COLUMNS[name]) for name, column in found.items() if column is None]
+    if missing:
+        raise UserError(
+            f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(df.columns[1:])}"
+        )
+    nodes = df[found["node"]].str.strip_chars()
+    require(df, nodes, found["node"], path)
+    reject(df, nodes.is_duplicated() & ~nodes.is_first_distinct(), path, "node listed twice")
+    gpus = number(df, found["gpus"], path, pl.Int64)
+    require(df, gpus, found["gpus"], path)
+    reject(df, gpus < 0, path, f"column {found['gpus']}: a node has 0 GPUs or more")
+    table = pl.DataFrame(
+        {"node": nodes, "gpus": gpus, "gpu_model": df[found["gpu_model"]].str.strip_chars()}
+    )
+    return conform(NODES, table.to_arrow())
 
 
 def _fail_on_unparsed(
@@ -143,8 +188,9 @@ def _fail_on_unparsed(
         )
 
 
-def to_jobs(frame: pl.DataFrame) -> tuple[pa.Table, datetime]:
-    """Normalised job rows -> the format's jobs table, times relative to the first submit day."""
+def to_jobs(frame: pl.DataFrame, origin: datetime | None = None) -> tuple[pa.Table, datetime]:
+    """Normalised job rows -> the format's jobs table, times relative to `origin` (by default
+    midnight UTC of the first submit day)."""
     frame = frame.select(
         [
             frame[c].cast(t) if c in frame.columns else pl.lit(None, t).alias(c)
@@ -154,7 +200,7 @@ def to_jobs(frame: pl.DataFrame) -> tuple[pa.Table, datetime]:
     if frame.height == 0:
         raise UserError("the trace holds no jobs")
     first = frame["submit"].min()
-    release_start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    release_start = origin or datetime(first.year, first.month, first.day, tzinfo=UTC)
     con = sql.connect()
     con.register("src", frame.to_arrow())
     since = "epoch_us($origin)"
@@ -172,7 +218,7 @@ def to_jobs(frame: pl.DataFrame) -> tuple[pa.Table, datetime]:
                partition, num_nodes,
                coalesce(gpus_per_node, CASE WHEN num_nodes > 0 AND num_gpus % num_nodes = 0
                                             THEN num_gpus // num_nodes END) AS gpus_per_node,
-               num_gpus, gpu_model,
+               num_gpus, gpu_model, gpu_request, gpu_model_request,
                {state_sql("state")} IN ('running', 'pending') AS censored
         FROM src ORDER BY submit_s, job_id
         """,
