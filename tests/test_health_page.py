@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from executors.records import JobRecord, to_tables
-from tests.dashboard_app import metrics, open_app
+from tests.dashboard_app import metrics, open_app, serving
 from warehouse.store import Warehouse
 
 END = datetime(2026, 6, 1, 12, tzinfo=UTC)  # the end of the data
@@ -80,10 +80,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
         f'[roles]\nadmins = ["{ADMIN}"]\nresearchers = ["{RESEARCHER}"]\n'
         '[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n'
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SING_WAREHOUSE", str(root))
-        mp.setenv("SING_CONFIG", str(config))
-        mp.delenv("SING_DASHBOARD_DEMO", raising=False)
+    with serving(root, config):
         yield wh
 
 
