@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from traces import aggregates, sql
-from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, TIMESERIES, Resource
+from traces.format import FORMAT_NAME, FORMAT_VERSION, INCIDENTS, JOBS, TIMESERIES, Resource
 
 DATAPACKAGE = "datapackage.json"
 AGGREGATES = "aggregates.json"
@@ -52,6 +52,7 @@ def write_trace(
     info: ReleaseInfo,
     timeseries: pa.Table | None = None,
     write_csv: bool = True,
+    incidents: pa.Table | None = None,
 ) -> Path:
     """Write a complete trace directory at `out_dir` (which must not exist or be empty)."""
     out = Path(out_dir)
@@ -61,7 +62,8 @@ def write_trace(
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        tables = [(JOBS, jobs)] + ([(TIMESERIES, timeseries)] if timeseries is not None else [])
+        optional = [(TIMESERIES, timeseries), (INCIDENTS, incidents)]
+        tables = [(JOBS, jobs)] + [(spec, data) for spec, data in optional if data is not None]
         formats = ["parquet", "csv"] if write_csv else ["parquet"]
         # The Parquet and CSV writers and SHA-256 release the GIL: each file is written and
         # hashed in its own thread, beside the others and the aggregates query.
