@@ -4,7 +4,7 @@ causes, GPU-hours lost, MTBF and the drain suggestions; users and researchers ca
 The warehouse is written as the collector and `sing incident` write it: four jobs that ended in
 the last two days (a success, a user error, a job that failed on n1 while its XID incident was
 open, a timeout) and one running at the end of the data, an incident on n1 still open, one
-closed on n2, and readings that put n1 over the drain limits.
+closed on n2, readings that put n1 over the drain limits, and a dry-run drain of n1.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from executors.records import JobRecord, to_tables
+from policy.audit import ACTION, Event, record
 from tests.dashboard_app import metrics, open_app, serving
 from warehouse.store import Warehouse
 
@@ -75,6 +76,10 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
               "device": "3", "signal": "xid_79", "value": v} for h, v in ((72, 0), (6, 1))]
         ),
     )  # fmt: skip
+    drained = Event(ts=hours_ago(1), cluster="campus", event=ACTION, outcome="drain",
+                    actor="sing health drain@head1", dry_run=True, channel="slurm",
+                    detail={"node": "n1", "reason": "sing health: xid_79=+1 on gpu 3"})  # fmt: skip
+    record(wh, [drained])
     config = root.parent / "sing.toml"
     config.write_text(
         f'[roles]\nadmins = ["{ADMIN}"]\nresearchers = ["{RESEARCHER}"]\n'
@@ -95,7 +100,7 @@ def test_admins_see_incidents_failures_and_drain_suggestions(warehouse: Warehous
     # nodes (82 node-hours, 656 GPU-hours), one incident opened in it (inc-2 is older).
     assert shown["MTBF per node"] == "82 h"
     assert shown["GPU-hours between incidents"] == "656 GPU-h"
-    opened, causes, nodes, drain = (d.value for d in at.dataframe)
+    opened, causes, nodes, drain, done = (d.value for d in at.dataframe)
     assert list(opened["incident_id"]) == ["inc-1"] and opened["node"][0] == "n1"
     by_class = dict(zip(causes["failure_class"], causes["jobs"], strict=True))
     assert by_class == {"success": 1, "user_error": 1, "timeout": 1, "node_failure": 1,
@@ -104,6 +109,7 @@ def test_admins_see_incidents_failures_and_drain_suggestions(warehouse: Warehous
     assert list(drain["node"]) == ["n1"]
     assert drain["command"][0].startswith("scontrol update nodename=n1 state=drain reason=")
     assert "xid_79=+1 on gpu 3" in drain["reason"][0]
+    assert list(done["dry_run"]) == [True] and '"node": "n1"' in done["detail"][0]
 
 
 def test_only_admins_open_the_page(warehouse: Warehouse) -> None:

@@ -417,16 +417,16 @@ def export_trace(
     """
     key = key if key is not None else load_key(settings.key_file)
     release = build_release(warehouse, since, until, key, settings, timeseries)
-    path = write_trace(
-        out_dir,
-        release.jobs,
-        release.info,
-        release.timeseries,
-        settings.write_csv,
-        release.incidents,
-    )
+    path = write_release(out_dir, release, settings.write_csv)
     figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
     return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
+
+
+def write_release(out_dir: str | Path, release: Release, write_csv: bool = True) -> Path:
+    """Write a release built in memory as a trace directory (atomically), every resource."""
+    return write_trace(
+        out_dir, release.jobs, release.info, release.timeseries, write_csv, release.incidents
+    )
 
 
 def export_zip(
