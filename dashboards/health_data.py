@@ -8,7 +8,7 @@ from datetime import datetime
 
 import polars as pl
 
-from dashboards.data import cached, connect
+from dashboards.data import cached
 from health import drain, failures
 from health.settings import HealthSettings
 from policy.audit import ACTION, events
@@ -18,13 +18,13 @@ from warehouse.store import Warehouse
 @cached
 def metrics(root: str, since: datetime, until: datetime, now: datetime) -> dict:
     """`health.failures.report` of [since, until)."""
-    return failures.report(connect(root), since, until, now)
+    return failures.report(failures.snapshot(Warehouse(root)), since, until, now)
 
 
 @cached
 def causes_over_time(root: str, since: datetime, until: datetime, now: datetime) -> pl.DataFrame:
     """Per day of end time and failure class: jobs and GPU-hours."""
-    rows = failures.over_time(connect(root), since, until, now, bucket="day")
+    rows = failures.over_time(failures.snapshot(Warehouse(root)), since, until, now, bucket="day")
     schema = {"bucket": pl.Datetime("us", "UTC"), "failure_class": pl.String,
               "jobs": pl.Int64, "gpu_hours": pl.Float64}  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
@@ -32,7 +32,7 @@ def causes_over_time(root: str, since: datetime, until: datetime, now: datetime)
 
 @cached
 def open_incidents(root: str, now: datetime) -> list[dict]:
-    return failures.open_incidents(connect(root), now)
+    return failures.open_incidents(Warehouse(root).connect({"incidents": None}), now)
 
 
 @cached

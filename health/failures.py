@@ -28,6 +28,7 @@ import duckdb
 
 from sing.errors import UserError
 from warehouse.analytics import NODE_VERSIONS_SQL
+from warehouse.store import Warehouse
 
 FAILURE_CLASSES = ("success", "user_error", "timeout", "node_failure", "preemption", "cancelled")
 # The classes whose GPU-hours count as lost: the job did not end as its owner meant it to.
@@ -128,6 +129,12 @@ SELECT incident_id, cluster, node, device, class, source, signal, opened_at, ope
 FROM incidents WHERE closed_at IS NULL AND opened_at <= $now
 ORDER BY opened_at, cluster, incident_id
 """
+
+
+def snapshot(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    """A connection holding only the tables the metrics read (not the samples, whose views
+    would list every day's files)."""
+    return warehouse.connect(dict.fromkeys(("jobs", "incidents", "nodes")))
 
 
 def window(since: datetime | None, until: datetime | None, now: datetime) -> dict[str, datetime]:

@@ -64,7 +64,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         period_window(args.period, "--period") if args.period else (args.since, args.until)
     )
     wh = Warehouse(config.warehouse_dir(args.warehouse))
-    found = failures.report(wh.connect(), since, until, report_now(wh, args.now))
+    found = failures.report(failures.snapshot(wh), since, until, report_now(wh, args.now))
     if args.json:
         json.dump(found, sys.stdout, default=str)
         print()
