@@ -10,6 +10,7 @@ incident, 1004 failed there after it closed.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -142,3 +143,20 @@ def test_validate_finds_a_class_that_does_not_fit_the_state(
     problems = validate(out)
     expected = f"jobs.parquet: row {row + 1}: failure_class 'node_failure' with state 'completed'"
     assert expected in problems
+
+
+def test_validate_names_a_field_of_a_later_format_instead_of_failing(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A field this version does not know (a 1.3 trace's, say) is a problem named, not a crash."""
+    settings = TraceSettings.precise(k=1, write_csv=False)
+    out = export_trace(warehouse, T0, UNTIL, tmp_path / "t", KEY, settings).path
+    package = json.loads((out / "datapackage.json").read_text())
+    jobs = pq.read_table(out / "jobs.parquet")
+    later = pa.array([None] * jobs.num_rows, pa.float64())
+    pq.write_table(jobs.append_column("gpu_temp_max", later), out / "jobs.parquet")
+    resource = next(r for r in package["resources"] if r["name"] == "jobs")
+    resource["schema"]["fields"].append({"name": "gpu_temp_max", "type": "number"})
+    (out / "datapackage.json").write_text(json.dumps(package))
+    problems = validate(out)
+    assert "jobs.parquet: field 'gpu_temp_max' is not in format 1.2" in problems
