@@ -5,8 +5,8 @@ Three exporters are understood, so a site that already runs one needs no new age
 - NVIDIA dcgm-exporter (percent, MiB, millijoules; the job in an `hpc_job` label);
 - node_exporter's InfiniBand collector (bytes already, `device`/`port` labels).
 A node's samples become one `NodeReading`: per GPU index its columns, job and model, per RDMA port
-its counters (None where the exporter says a counter is unknown). Everything else in a payload is
-ignored.
+its counters (None where the exporter says a counter is unknown), and its health readings
+(collector/health.py). Everything else in a payload is ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.health import HEALTH_METRICS, HealthValues, add_health
 from collector.jobids import lowest_job
 from collector.promtext import ParseError, Sample
 
@@ -75,6 +76,7 @@ SATURATED_COUNTERS: dict[str, str] = {
 WANTED = (
     frozenset(GPU_METRICS)
     | frozenset(RDMA_METRICS)
+    | HEALTH_METRICS
     | {
         JOB_INFO,
         JOB_MAPPING,
@@ -95,6 +97,7 @@ class NodeReading:
     models: dict[int, str] = field(default_factory=dict)  # GPU index -> model name
     ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
     jobs_complete: bool = False  # `jobs` is the node's whole attribution (JOB_MAPPING)
+    health: HealthValues = field(default_factory=dict)
 
     def merge(self, other: NodeReading) -> None:
         """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter)."""
@@ -107,6 +110,7 @@ class NodeReading:
             self.models.setdefault(index, model)
         for key, counters in other.ports.items():
             self.ports.setdefault(key, {}).update(counters)
+        self.health.update(other.health)
 
     def hardware(self) -> Hardware | None:
         """What the payload says about the node's GPUs; None when it has no GPU series at all
@@ -141,6 +145,8 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
             key = (_label(s, "device"), _int_label(s, "port"))
             if math.isfinite(s.value):
                 reading.ports.setdefault(key, {})[RDMA_METRICS[s.name]] = int(s.value)
+        elif s.name in HEALTH_METRICS:
+            add_health(reading.health, s)
         elif s.name == JOB_MAPPING:
             reading.jobs_complete = s.value == 1
         elif s.name == RDMA_SATURATED and s.value == 1:

@@ -14,8 +14,8 @@ The watermark never passes data that is not stored:
   a step already written, and no node is missing from a step because its scrape is in flight.
 - Each samples table keeps its own watermark, started from its newest stored row. A table
   whose append fails is read again next round, from its own watermark, while the tables that
-  were written are not written twice; the counter and inventory state goes back to where the
-  round started, so the re-read gives the same deltas and versions (node versions upsert).
+  were written are not written twice; the counter, health and inventory state goes back to where
+  the round started, so the re-read gives the same deltas and versions (node versions upsert).
 - A failed query writes and advances nothing.
 """
 
@@ -49,7 +49,7 @@ QUERY = '{__name__=~"' + "|".join(sorted(WANTED | set(HEALTH))) + '"}'
 FRESHNESS = 'timestamp(up) and on (instance, job) {__name__=~"' + "|".join(sorted(WANTED)) + '"}'
 MAX_RESPONSE_BYTES = 512_000_000
 # Samples tables with their own watermark (the `nodes` records upsert, so a re-read is harmless).
-SAMPLE_TABLES = ("gpu_samples", "rdma_samples", "scrapes")
+SAMPLE_TABLES = ("gpu_samples", "rdma_samples", "health_samples", "scrapes")
 
 # {step time: {(cluster, node): (instance, samples)}}
 Steps = dict[float, dict[tuple[str, str], tuple[str, list[Sample]]]]
@@ -82,6 +82,7 @@ class PrometheusPull:
         if start > end:
             return self.collector.finish_round(0, 0, 0, started)
         deltas, inventory = self.collector.deltas.copy(), self.collector.inventory.copy()
+        health = self.collector.health.copy()
         rows = self.collector.new_rows()
         targets, up = 0, 0
         for ts in sorted(by_step):
@@ -113,6 +114,7 @@ class PrometheusPull:
                 self.stored_through[name] = max(self.stored_through[name], end)
         if failed:  # those steps are read again: compute them again from the same state
             self.collector.deltas, self.collector.inventory = deltas, inventory
+            self.collector.health = health
         written = sum(b.num_rows for name, b in batches.items() if name not in failed)
         return self.collector.finish_round(written, targets, up, started)
 

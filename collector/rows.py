@@ -1,5 +1,6 @@
 """One round's warehouse rows: GPU samples stamped with their job and energy delta, RDMA samples
-with deltas, node inventory versions, and one `scrapes` row per target.
+with deltas, health readings that changed (collector/health.py), node inventory versions, and one
+`scrapes` row per target.
 
 Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
 join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from collector.convert import Hardware, NodeReading
 from collector.counters import CounterDeltas
+from collector.health import LastValues, health_rows
 from collector.inventory import Inventory, NodeKey
 from collector.jobids import job_order
 from executors.records import NodeRecord
@@ -38,15 +40,18 @@ class RoundRows:
         deltas: CounterDeltas,
         allocations: Allocations | None = None,
         inventory: Inventory | None = None,
+        health: LastValues | None = None,
     ) -> None:
         self._deltas = deltas
         self._allocations = allocations or {}
         self._inventory = inventory or Inventory()
+        self._health = health or LastValues()
         self._hardware: dict[NodeKey, Hardware] = {}
         # Written in this order: `scrapes` last, so a stored scrapes row means its round is.
         self._rows: dict[str, list[dict[str, Any]]] = {
             "gpu_samples": [],
             "rdma_samples": [],
+            "health_samples": [],
             "nodes": [],
             "scrapes": [],
         }
@@ -82,6 +87,7 @@ class RoundRows:
                     "job_id": node_job,
                 }
             )
+        self._rows["health_samples"] += health_rows(self._health, ts, cluster, node, reading.health)
         hardware = reading.hardware()
         if hardware is not None:
             self._hardware[(cluster, node)] = hardware

@@ -22,6 +22,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 
 from collector.convert import NodeReading
 from collector.counters import CounterDeltas
+from collector.health import LastValues
 from collector.inventory import NodeKey, load_inventory
 from collector.jobsync import JobSync, running_allocations
 from collector.rows import Allocations, RoundRows
@@ -72,13 +73,14 @@ class Collector:
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
         self.deltas = seeded_deltas(warehouse, self.cluster)
         self.inventory = load_inventory(warehouse, self.cluster)
+        self.health = LastValues()  # a restart writes each health series' first reading again
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
 
     def new_rows(self) -> RoundRows:
-        return RoundRows(self.deltas, self.allocations, self.inventory)
+        return RoundRows(self.deltas, self.allocations, self.inventory, self.health)
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round."""
@@ -204,11 +206,12 @@ def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
 def run_forever(
     collector: Collector,
     round_job: Callable[[], object],
-    policy: tuple[Callable[[], object], float] | None = None,
+    *jobs: tuple[Callable[[], object], float] | None,
 ) -> None:
     """Run rounds, job sync and maintenance on their intervals until SIGTERM or Ctrl-C; and
-    `policy` = (a policy round, its interval in seconds) as a job of its own, which runs in
-    its own thread beside the scrapes and never delays them."""
+    each of `jobs` = (a round, its interval in seconds; None: none) as a job of its own (the
+    policy round, incident detection), which runs in its own thread beside the scrapes and
+    never delays them."""
     s = collector.settings
     scheduler = BlockingScheduler(timezone=UTC)
     now = datetime.now(UTC)
@@ -218,9 +221,9 @@ def run_forever(
         collector.sync_jobs, "interval", seconds=s.job_sync_interval_s, next_run_time=now, **common
     )
     scheduler.add_job(collector.maintain, "interval", seconds=s.maintenance_interval_s, **common)
-    if policy:
-        policy_round, interval_s = policy
-        scheduler.add_job(policy_round, "interval", seconds=interval_s, **common)
+    for job in filter(None, jobs):
+        job_round, interval_s = job
+        scheduler.add_job(job_round, "interval", seconds=interval_s, **common)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
     try:
         scheduler.start()

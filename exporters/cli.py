@@ -188,6 +188,7 @@ def _start_node(
         cache_seconds=settings.cache_seconds,
         before_read=before_read,
         on_reading=recorder.write if recorder else None,
+        health=settings.health,
     )
     try:
         server = serve(node_registry(collector), settings.listen_address, port, web)

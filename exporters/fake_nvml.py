@@ -62,6 +62,22 @@ FIELDS = {
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: ("pcie_rx_bytes", 1),
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: ("nvlink_tx_bytes", 1024),  # KiB per link
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: ("nvlink_rx_bytes", 1024),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: ("nvlink_crc_errors", 1),
+    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: ("nvlink_replay_errors", 1),
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: ("nvlink_recovery_errors", 1),
+}
+# NVLink error counters: per link in the state (a list, or a number on link 0), one total field.
+LINK_TOTALS = {"nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors"}
+# Clock event reason flags in the state -> their bit in NVML's mask.
+CLOCK_EVENT_BITS = {
+    "throttle_hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "throttle_hw_thermal": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "throttle_sw_thermal": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "throttle_hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+}
+RETIREMENT_KEYS = {
+    pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "retired_pages_sbe",
+    pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "retired_pages_dbe",
 }
 GPM_KEYS = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active",
@@ -463,10 +479,43 @@ class FakeNvml:
         return round(self._value(h, "sm_clock_hz", "sm_clock") / 1e6)
 
     def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter: int) -> int:  # noqa: N802
+        """Volatile counts are `ecc_<kind>`, aggregate ones `ecc_<kind>_aggregate`."""
         kind = (
             "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
         )
+        if counter == pynvml.NVML_AGGREGATE_ECC:
+            return int(self._value(h, f"ecc_{kind}_aggregate", "ecc_aggregate"))
         return int(self._value(h, f"ecc_{kind}", "ecc"))
+
+    def nvmlDeviceGetRetiredPages(self, h: FakeHandle, cause: int) -> list[int]:  # noqa: N802
+        """As many page addresses as the state counts for this cause."""
+        count = int(self._value(h, RETIREMENT_KEYS[cause], "retired_pages"))
+        return [0x1000 * (page + 1) for page in range(count)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: FakeHandle) -> int:  # noqa: N802
+        pending = self._value(h, "retired_pages_pending", "retired_pages")
+        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, h: FakeHandle) -> tuple[int, int, int, int]:  # noqa: N802
+        keys = ("correctable", "uncorrectable", "pending", "failed")
+        values = [int(self._value(h, f"row_remap_{key}", "row_remap")) for key in keys]
+        return values[0], values[1], values[2], values[3]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeHandle) -> int:  # noqa: N802
+        """The mask of the `throttle_*` flags set; `errors: {clocks_event_reasons:
+        function_not_found}` models a driver before 535, which has only the older name."""
+        self._value(h, "uuid", "clocks_event_reasons")
+        return self.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeHandle) -> int:  # noqa: N802
+        self._value(h, "uuid", "throttle")  # raises the injected error, if any
+        state = self.gpu_state(h.index)
+        if all(state.get(key) is None for key in CLOCK_EVENT_BITS):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return sum(bit for key, bit in CLOCK_EVENT_BITS.items() if state.get(key))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: FakeHandle) -> int:  # noqa: N802
+        return int(self._value(h, "pcie_replays", "pcie_replays"))
 
     def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:  # noqa: N802
         """Links 0 to `nvlinks` - 1 are active; past them INVALID_ARGUMENT, as on a real GPU."""
@@ -479,15 +528,21 @@ class FakeNvml:
         return pynvml.NVML_FEATURE_ENABLED
 
     def nvmlDeviceGetFieldValues(self, h: FakeHandle, requests: list[Any]) -> list[Any]:  # noqa: N802
-        """Each request is a field id or (field id, scopeId); NVLink fields count per link."""
+        """Each request is a field id or (field id, scopeId); NVLink byte fields count per link,
+        NVLink error fields are the total over the links (scope 0)."""
         self._value(h, "uuid", "field_counters")  # raises the injected error, if any
         state = self.gpu_state(h.index)
         links = int(state.get("nvlinks") or 0)
-        counts = {
-            key: per_link(state[key], links, spread=False) if key in PER_LINK else [state[key]]
-            for key, _ in FIELDS.values()
-            if state.get(key) is not None
-        }
+        counts: dict[str, list[float]] = {}
+        for key, _ in FIELDS.values():
+            if state.get(key) is None:
+                continue
+            if key in PER_LINK:
+                counts[key] = per_link(state[key], links, spread=False)
+            elif key in LINK_TOTALS:
+                counts[key] = [sum(per_link(state[key], links, spread=False))]
+            else:
+                counts[key] = [state[key]]
         values = []
         for request in requests:
             field, scope = request if isinstance(request, tuple) else (request, 0)

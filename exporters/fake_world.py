@@ -11,7 +11,9 @@ this module keeps a small tree per node, laid out exactly like Linux's, in step 
     <root>/proc/<pid>/{cgroup,environ,status}     one process per GPU that runs a job
     <root>/gpu-jobs/<gpu index>                    the job id, as the Slurm prolog writes it
 
-RDMA counters grow by the port's `tx_bytes_per_s`/`rx_bytes_per_s` between scrapes. A port's
+RDMA counters grow by the port's `tx_bytes_per_s`/`rx_bytes_per_s` between scrapes; its error
+counters read 0 unless `error_counters` sets them (e.g. `{link_downed: 2, symbol_error: 40}`),
+and `up: false` shows it "1: DOWN" / "3: Disabled". A port's
 `counters` setting picks the kernel's layout (see exporters/rdma.py for the real ones):
 `64bit` (default: counters/ is 64-bit, as on mlx5 with extended counters), `32bit` (counters/ is
 32-bit and sticks at 2^32 - 1) or `counters_ext` (32-bit counters/ plus 64-bit
@@ -31,7 +33,7 @@ from exporters.fake_nvml import JOB_PID_BASE, FakeNvml, evaluate
 IB_WORD_BYTES = 4  # port_xmit_data / port_rcv_data count 4-byte words (IB spec, PortCounters)
 MAX_32BIT = 2**32 - 1  # where a 32-bit PortCounters counter sticks
 MTU_BYTES = 4096  # packets are counted as if every packet were full
-# Error counters every layout has in counters/, all zero here.
+# Error counters every layout has in counters/, zero unless a port's `error_counters` says.
 ERROR_COUNTERS = (
     "symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors",
     "port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
@@ -125,7 +127,7 @@ class FakeWorld:
                 totals[way] += totals[f"{way}_rate"] * dt
                 totals[f"{way}_rate"] = float(evaluate(spec.get(f"{way}_bytes_per_s", 0), t, 0, 0))
             base = self.sysfs_root / "class/infiniband" / device / "ports" / (port or "1")
-            static = {key: spec.get(key) for key in ("rate", "up", "link_layer")}
+            static = {key: spec.get(key) for key in ("rate", "up", "link_layer", "error_counters")}
             if self._static.get(name) != static:  # files that do not count: on a change only
                 self._write_static(base, spec)
                 self._static[name] = static
@@ -137,8 +139,9 @@ class FakeWorld:
         _write(base / "state", "4: ACTIVE\n" if up else "1: DOWN\n")
         _write(base / "phys_state", "5: LinkUp\n" if up else "3: Disabled\n")
         _write(base / "link_layer", f"{spec.get('link_layer', 'InfiniBand')}\n")
+        errors = spec.get("error_counters") or {}
         for counter in ERROR_COUNTERS:
-            _write(base / "counters" / counter, "0\n")
+            _write(base / "counters" / counter, f"{int(errors.get(counter, 0))}\n")
         for counter, value in HW_COUNTERS.items():
             _write(base / "hw_counters" / counter, f"{value}\n")
 

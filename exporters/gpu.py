@@ -59,6 +59,30 @@ NVLINK_COUNTERS = (
     (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_rx_bytes"),
 )
 NVLINK_UNIT_BYTES = 1024
+# NVLink error counters, each NVML's own total over the GPU's links (one field, scope 0): one
+# batched request instead of nvmlDeviceGetNvLinkErrorCounter per link and kind (54 calls per
+# H100), which would cost more than every other reading together. Read only with NVLinks.
+NVLINK_ERROR_COUNTERS = (
+    (pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "nvlink_crc_errors"),
+    (pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, "nvlink_replay_errors"),
+    (pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, "nvlink_recovery_errors"),
+)
+# The clock event (throttle) reasons that mean hardware trouble, by bit; the others (idle,
+# power cap, application clocks, sync boost) are how a healthy GPU runs.
+THROTTLE_REASONS = {
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "hw_thermal": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "sw_thermal": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+}
+ECC_ERROR_TYPES = {
+    "corrected": pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    "uncorrected": pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+}
+RETIREMENT_CAUSES = {
+    "sbe": pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    "dbe": pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+}
 
 MAX_EVENTS_PER_READ = 1000  # bounds the work one scrape does after an XID storm
 
@@ -103,15 +127,23 @@ class _Device:
 class GpuSource:
     """Reads every GPU on the node through one NVML initialised once per process.
 
-    `clock` is wall-clock seconds, the time base of NVML's sample timestamps.
+    `clock` is wall-clock seconds, the time base of NVML's sample timestamps. `health` adds the
+    health readings (ECC aggregate, retired pages, row remapping, throttle reasons, PCIe
+    replays, NVLink errors; `[exporter] health`); XIDs are always read.
     """
 
     def __init__(
-        self, nvml: Any, errors: ErrorCounter, clock: Callable[[], float] = time.time
+        self,
+        nvml: Any,
+        errors: ErrorCounter,
+        clock: Callable[[], float] = time.time,
+        health: bool = True,
     ) -> None:
         self.nvml = nvml
         self.errors = errors
         self.clock = clock
+        self.health = health
+        self._readers = _READERS + _HEALTH_READERS if health else _READERS
         self._devices: list[_Device] | None = None
         self._lock = threading.Lock()  # reads and the sampling thread share the GPM samples
         self._next_gpm: float | None = None
@@ -154,7 +186,8 @@ class GpuSource:
         return True
 
     def _start_fields(self, d: _Device) -> None:
-        """The field values one scrape asks for: PCIe, and NVLink per active link."""
+        """The field values one scrape asks for: PCIe, NVLink bytes per active link, and with
+        health readings the NVLink error totals."""
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
                 state = self.nvml.nvmlDeviceGetNvLinkState(d.handle, link)
@@ -164,6 +197,8 @@ class GpuSource:
                 d.nvlinks.append(link)
         requests = [(field, 0, key) for field, key in PCIE_COUNTERS]
         requests += [(field, link, key) for field, key in NVLINK_COUNTERS for link in d.nvlinks]
+        if self.health and d.nvlinks:
+            requests += [(field, 0, key) for field, key in NVLINK_ERROR_COUNTERS]
         d.fields = [(field, scope) for field, scope, _ in requests]
         d.field_keys = [key for _, _, key in requests]
 
@@ -230,7 +265,7 @@ class GpuSource:
         if uuid is None:  # without its UUID a GPU has no key; a lost GPU stops here
             return None
         reading = GpuReading(d.index, uuid)
-        for name, reader in _READERS:
+        for name, reader in self._readers:
             try:
                 reading.values.update(reader(self, d))
             except pynvml.NVMLError as err:
@@ -297,18 +332,62 @@ class GpuSource:
         }
 
     def _ecc(self, d: _Device) -> dict[str, Any]:
-        def total(error_type: int) -> int:
-            return self.nvml.nvmlDeviceGetTotalEccErrors(
-                d.handle, error_type, pynvml.NVML_VOLATILE_ECC
-            )
+        """ECC errors since the driver loaded (volatile)."""
+        return self._ecc_totals(d, pynvml.NVML_VOLATILE_ECC, "")
 
+    def _ecc_aggregate(self, d: _Device) -> dict[str, Any]:
+        """ECC errors over the GPU's life (aggregate, kept in its InfoROM across reloads)."""
+        return self._ecc_totals(d, pynvml.NVML_AGGREGATE_ECC, "_aggregate")
+
+    def _ecc_totals(self, d: _Device, counter: int, suffix: str) -> dict[str, Any]:
         return {
-            "ecc_corrected": total(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            "ecc_uncorrected": total(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            f"ecc_{kind}{suffix}": self.nvml.nvmlDeviceGetTotalEccErrors(d.handle, code, counter)
+            for kind, code in ECC_ERROR_TYPES.items()
         }
 
+    def _retired_pages(self, d: _Device) -> dict[str, Any]:
+        """Pages retired for ECC errors, by cause, and whether a retirement awaits a reset.
+
+        Before Ampere; newer GPUs remap rows instead and answer NOT_SUPPORTED.
+        """
+        values = {
+            f"retired_pages_{cause}": len(self.nvml.nvmlDeviceGetRetiredPages(d.handle, code))
+            for cause, code in RETIREMENT_CAUSES.items()
+        }
+        pending = self.nvml.nvmlDeviceGetRetiredPagesPendingStatus(d.handle)
+        values["retired_pages_pending"] = int(pending == pynvml.NVML_FEATURE_ENABLED)
+        return values
+
+    def _row_remap(self, d: _Device) -> dict[str, Any]:
+        """Rows remapped for correctable and uncorrectable errors (Ampere and newer); a pending
+        remap needs a GPU reset, a failed one means the GPU is out of spare rows."""
+        correctable, uncorrectable, pending, failed = self.nvml.nvmlDeviceGetRemappedRows(d.handle)
+        return {
+            "row_remap_correctable": correctable,
+            "row_remap_uncorrectable": uncorrectable,
+            "row_remap_pending": int(bool(pending)),
+            "row_remap_failed": int(bool(failed)),
+        }
+
+    def _throttle(self, d: _Device) -> dict[str, Any]:
+        """The clock event reasons that mean trouble, as flags; drivers before 535 only have
+        the older name of the same call."""
+        try:
+            reasons = self.nvml.nvmlDeviceGetCurrentClocksEventReasons(d.handle)
+        except pynvml.NVMLError as err:
+            if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            reasons = self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
+        return {
+            f"throttle_{name}": int(bool(reasons & bit)) for name, bit in THROTTLE_REASONS.items()
+        }
+
+    def _pcie_replays(self, d: _Device) -> dict[str, Any]:
+        return {"pcie_replays": self.nvml.nvmlDeviceGetPcieReplayCounter(d.handle)}
+
     def _field_counters(self, d: _Device) -> dict[str, Any]:
-        """PCIe and NVLink byte counters in one call, NVLink summed over the active links.
+        """PCIe and NVLink byte counters (and NVLink error totals) in one call, NVLink bytes
+        summed over the active links.
 
         Each field can fail on its own; a total missing any of its links is left out rather
         than reported short (a counter that dips reads as a reset downstream).
@@ -419,6 +498,14 @@ _READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...]
     ("processes", GpuSource._processes),
     ("xids", GpuSource._xids),
 )
+# Read only with health readings on; NVLink error totals ride in the field values request.
+_HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
+    ("ecc_aggregate", GpuSource._ecc_aggregate),
+    ("retired_pages", GpuSource._retired_pages),
+    ("row_remap", GpuSource._row_remap),
+    ("throttle", GpuSource._throttle),
+    ("pcie_replays", GpuSource._pcie_replays),
+)
 
 # value key -> (metric name, help); gauges then counters, all labelled gpu and uuid.
 GAUGES = {
@@ -433,6 +520,18 @@ GAUGES = {
     "sm_clock_hz": ("sing_gpu_sm_clock_hertz", "SM clock frequency."),
     "mig_mode": ("sing_gpu_mig_mode", "1 when MIG mode is enabled, else 0."),
     "nvlinks": ("sing_gpu_nvlink_links", "Active NVLinks, summed in the NVLink byte counters."),
+    "retired_pages_pending": (
+        "sing_gpu_retired_pages_pending",
+        "1 when a page retirement awaits a GPU reset, else 0.",
+    ),
+    "row_remap_pending": (
+        "sing_gpu_row_remap_pending",
+        "1 when a row remapping awaits a GPU reset, else 0.",
+    ),
+    "row_remap_failed": (
+        "sing_gpu_row_remap_failed",
+        "1 when a row remapping ever failed (no spare rows left: replace the GPU), else 0.",
+    ),
 }
 COUNTERS = {
     "energy_j": ("sing_gpu_energy_joules", "Energy used since the driver loaded."),
@@ -440,6 +539,38 @@ COUNTERS = {
     "pcie_rx_bytes": ("sing_gpu_pcie_receive_bytes", "Bytes received over PCIe."),
     "nvlink_tx_bytes": ("sing_gpu_nvlink_transmit_bytes", "Bytes sent over all NVLinks."),
     "nvlink_rx_bytes": ("sing_gpu_nvlink_receive_bytes", "Bytes received over all NVLinks."),
+    "pcie_replays": ("sing_gpu_pcie_replays", "PCIe packets replayed since the driver loaded."),
+}
+# Families with one extra label: key -> (metric, help, counter?, label, {label value: value key}).
+LABELLED: dict[str, tuple[str, str, bool, str, dict[str, str]]] = {
+    "retired_pages": (
+        "sing_gpu_retired_pages",
+        "Memory pages retired, by cause (sbe: repeated single-bit, dbe: double-bit errors).",
+        False,
+        "type",
+        {cause: f"retired_pages_{cause}" for cause in RETIREMENT_CAUSES},
+    ),
+    "row_remap_rows": (
+        "sing_gpu_row_remap_rows",
+        "Memory rows remapped to spares, by the kind of error that caused it.",
+        False,
+        "type",
+        {kind: f"row_remap_{kind}" for kind in ("correctable", "uncorrectable")},
+    ),
+    "throttle_reason": (
+        "sing_gpu_throttle_reason",
+        "1 while the clocks are held down for this reason (hardware or thermal trouble), else 0.",
+        False,
+        "reason",
+        {reason: f"throttle_{reason}" for reason in THROTTLE_REASONS},
+    ),
+    "nvlink_errors": (
+        "sing_gpu_nvlink_errors",
+        "NVLink errors over all links since the driver loaded (crc: flit CRC, replay, recovery).",
+        True,
+        "type",
+        {kind: f"nvlink_{kind}_errors" for kind in ("crc", "replay", "recovery")},
+    ),
 }
 GPU_LABELS = ["gpu", "uuid"]
 MIG_LABELS = [*GPU_LABELS, "mig_uuid", "gpu_instance", "compute_instance"]
@@ -457,10 +588,20 @@ def gpu_metrics(node: NodeReading) -> list[Metric]:
         driver.add_metric([node.driver_version], 1)
     gauges = {k: GaugeMetricFamily(n, h, labels=GPU_LABELS) for k, (n, h) in GAUGES.items()}
     counters = {k: CounterMetricFamily(n, h, labels=GPU_LABELS) for k, (n, h) in COUNTERS.items()}
+    labelled = {
+        key: (
+            (CounterMetricFamily if counter else GaugeMetricFamily)(
+                name, help, labels=[*GPU_LABELS, label]
+            ),
+            keys,
+        )
+        for key, (name, help, counter, label, keys) in LABELLED.items()
+    }
     ecc = CounterMetricFamily(
         "sing_gpu_ecc_errors",
-        "Memory ECC errors since the driver loaded.",
-        labels=[*GPU_LABELS, "type"],
+        "Memory ECC errors: since the driver loaded (counter=volatile) or over the GPU's life "
+        "(counter=aggregate).",
+        labels=[*GPU_LABELS, "type", "counter"],
     )
     xid = CounterMetricFamily(
         "sing_gpu_xid_errors",
@@ -485,9 +626,14 @@ def gpu_metrics(node: NodeReading) -> list[Metric]:
         for name, family in [*gauges.items(), *counters.items()]:
             if name in v:
                 family.add_metric(key, v[name])
-        for kind in ("corrected", "uncorrected"):
-            if f"ecc_{kind}" in v:
-                ecc.add_metric([*key, kind], v[f"ecc_{kind}"])
+        for kind in ECC_ERROR_TYPES:
+            for counter, suffix in (("volatile", ""), ("aggregate", "_aggregate")):
+                if f"ecc_{kind}{suffix}" in v:
+                    ecc.add_metric([*key, kind, counter], v[f"ecc_{kind}{suffix}"])
+        for family, keys in labelled.values():
+            for label, value_key in keys.items():
+                if value_key in v:
+                    family.add_metric([*key, label], v[value_key])
         for code, n in v.get("xids", {}).items():
             xid.add_metric([*key, str(code)], n)
         if "processes" in v:
@@ -502,6 +648,7 @@ def gpu_metrics(node: NodeReading) -> list[Metric]:
         *gauges.values(),
         *counters.values(),
         ecc,
+        *(family for family, _ in labelled.values()),
         xid,
         processes,
         mig_used,

@@ -39,9 +39,10 @@ class NodeCollector:
         on_reading: Callable[[NodeReading], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        health: bool = True,
     ) -> None:
         self.errors = ErrorCounter()
-        self.gpus = GpuSource(nvml, self.errors, wall_clock)
+        self.gpus = GpuSource(nvml, self.errors, wall_clock, health)
         self.rdma = RdmaSource(sysfs_root, self.errors)
         self.jobs = JobSource(proc_root, job_mapping_dir, self.errors)
         self.cache_seconds = cache_seconds

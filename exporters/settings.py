@@ -23,3 +23,6 @@ class ExporterSettings:
     cache_seconds: float = 1.0
     # How often `--record` writes a frame of the device state.
     record_interval: float = 1.0
+    # GPU health readings (ECC aggregate, retired pages, row remapping, throttle reasons, PCIe
+    # replays, NVLink errors; docs/health.md); off saves their NVML calls. XIDs are always read.
+    health: bool = True

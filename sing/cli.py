@@ -35,6 +35,7 @@ COMMANDS = {
     "trace": "traces.cli",
     "demo": "demo.cli",
     "policy": "policy.cli",
+    "incident": "health.cli",
     "health": "health.report_cli",
     "doctor": "sing.doctor",
 }

@@ -245,7 +245,6 @@ def test_one_round_records_bad_targets_and_keeps_the_good(
         scrape_timeout_s=1.5,
         max_payload_bytes=1_000_000,
     )
-    started = time.monotonic()
     result = subprocess.run(
         sing("--config", str(config), "--warehouse", str(tmp_path / "wh"), "collector", "--once"),
         capture_output=True,
@@ -253,16 +252,17 @@ def test_one_round_records_bad_targets_and_keeps_the_good(
         cwd=REPO,
         timeout=60,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert "2/8 targets up" in result.stdout
-    assert elapsed < 10  # the slow target cost its timeout, concurrently, not the round
 
     con = Warehouse(tmp_path / "wh").connect()
     scrapes = dict(con.execute("SELECT node, error FROM scrapes").fetchall())
     assert scrapes["a"] is None and scrapes["b"] is None
     assert scrapes["dead"] == "connection refused"
     assert scrapes["slow"].startswith("timeout")
+    # the trickling target was cut at its timeout (it would trickle forever), not at the round's
+    (slow_s,) = con.execute("SELECT duration_s FROM scrapes WHERE node = 'slow'").fetchone()
+    assert 1.5 <= slow_s < 10
     assert scrapes["garbage"].startswith("malformed payload: line 2: unterminated label set")
     assert "not UTF-8" in scrapes["binary"]
     assert "exceeds the 1000000 byte limit" in scrapes["huge"]

@@ -4,7 +4,10 @@ Like node_exporter's e2e test: one exact comparison catches names, labels, units
 The fixture node (tests/fixtures/exporter/node.yaml) exercises x4 InfiniBand data words, 64-bit
 counters_ext, a saturated 32-bit counter, mW->W, mJ->J, KiB->bytes summed over NVLinks,
 NOT_SUPPORTED, a lost GPU, no permission, cgroup v1 and v2 job ids, an
-environment-only job id, and both disagreements between processes and allocations.
+environment-only job id, and both disagreements between processes and allocations; and the health
+readings: ECC volatile and aggregate, retired pages (a GPU before Ampere), row remapping (pending,
+failed; unsupported under MIG), throttle reasons (through both names of NVML's call), PCIe
+replays, NVLink error totals, InfiniBand port states and error counters.
 Regenerate after an intended change with SING_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -81,8 +84,42 @@ def test_metrics_page_matches_golden(page: str) -> None:
         'sing_gpu_job_mismatch{case="allocation_without_process",gpu="2",job_id="3003",uuid="GPU-22222222-2222-2222-2222-222222222222"} 1.0',  # noqa: E501
         'sing_gpu_unattributed_processes{gpu="1",uuid="GPU-11111111-1111-1111-1111-111111111111"} 1.0',  # noqa: E501
         'sing_exporter_errors_total{kind="gpu_is_lost",source="nvml"} 2.0',
-        'sing_exporter_errors_total{kind="no_permission",source="nvml"} 1.0',
+        'sing_exporter_errors_total{kind="no_permission",source="nvml"} 2.0',
         'sing_exporter_errors_total{kind="parse_error",source="rdma"} 1.0',
+        # health: 3 ECC errors since the driver loaded, 12 over the GPU's life
+        'sing_gpu_ecc_errors_total{counter="volatile",gpu="0",type="corrected",uuid="GPU-00000000-0000-0000-0000-000000000000"} 3.0',  # noqa: E501
+        'sing_gpu_ecc_errors_total{counter="aggregate",gpu="0",type="corrected",uuid="GPU-00000000-0000-0000-0000-000000000000"} 12.0',  # noqa: E501
+        'sing_gpu_ecc_errors_total{counter="aggregate",gpu="0",type="uncorrected",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
+        # nvmlDeviceGetRetiredPages lists 2 and 1 addresses; the pending status is ENABLED
+        'sing_gpu_retired_pages{gpu="1",type="sbe",uuid="GPU-11111111-1111-1111-1111-111111111111"} 2.0',  # noqa: E501
+        'sing_gpu_retired_pages{gpu="1",type="dbe",uuid="GPU-11111111-1111-1111-1111-111111111111"} 1.0',  # noqa: E501
+        'sing_gpu_retired_pages_pending{gpu="1",uuid="GPU-11111111-1111-1111-1111-111111111111"} 1.0',  # noqa: E501
+        'sing_gpu_row_remap_rows{gpu="0",type="correctable",uuid="GPU-00000000-0000-0000-0000-000000000000"} 3.0',  # noqa: E501
+        'sing_gpu_row_remap_rows{gpu="0",type="uncorrectable",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
+        'sing_gpu_row_remap_pending{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',
+        'sing_gpu_row_remap_failed{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',
+        # NVML's mask 0xC0: hardware thermal and power brake; GPU 1 through the older name
+        'sing_gpu_throttle_reason{gpu="0",reason="hw_thermal",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
+        'sing_gpu_throttle_reason{gpu="0",reason="hw_power_brake",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
+        'sing_gpu_throttle_reason{gpu="0",reason="hw_slowdown",uuid="GPU-00000000-0000-0000-0000-000000000000"} 0.0',  # noqa: E501
+        'sing_gpu_throttle_reason{gpu="1",reason="sw_thermal",uuid="GPU-11111111-1111-1111-1111-111111111111"} 1.0',  # noqa: E501
+        'sing_gpu_pcie_replays_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 5.0',
+        # NVML's total fields: CRC errors 1 + 2 on links 0 and 2, replays 4 on link 0
+        'sing_gpu_nvlink_errors_total{gpu="0",type="crc",uuid="GPU-00000000-0000-0000-0000-000000000000"} 3.0',  # noqa: E501
+        'sing_gpu_nvlink_errors_total{gpu="0",type="replay",uuid="GPU-00000000-0000-0000-0000-000000000000"} 4.0',  # noqa: E501
+        'sing_gpu_nvlink_errors_total{gpu="0",type="recovery",uuid="GPU-00000000-0000-0000-0000-000000000000"} 0.0',  # noqa: E501
+        # InfiniBand: "4: ACTIVE"/"5: LinkUp" and "1: DOWN"/"3: Disabled", and error counters
+        'sing_rdma_link_state{device="mlx5_0",port="1"} 4.0',
+        'sing_rdma_physical_state{device="mlx5_0",port="1"} 5.0',
+        'sing_rdma_link_state{device="mlx5_1",port="1"} 1.0',
+        'sing_rdma_physical_state{device="mlx5_1",port="1"} 3.0',
+        'sing_rdma_port_errors_total{counter="link_downed",device="mlx5_0",port="1"} 1.0',
+        'sing_rdma_port_errors_total{counter="link_error_recovery",device="mlx5_0",port="1"} 2.0',
+        'sing_rdma_port_errors_total{counter="symbol_error",device="mlx5_0",port="1"} 7.0',
+        'sing_rdma_port_errors_total{counter="port_rcv_errors",device="mlx5_0",port="1"} 3.0',
+        # retired pages on 3 Hopper GPUs; GPU 1's row remapper; GPU 2's ECC aggregate, row
+        # remapper, throttle reasons and PCIe replays; the 3 of before (power, ECC, minor)
+        'sing_exporter_errors_total{kind="not_supported",source="nvml"} 11.0',
     ],
 )
 def test_hand_checked_lines(page: str, line: str) -> None:
@@ -100,6 +137,49 @@ def test_failed_readings_are_left_out(page: str) -> None:
     assert 'sing_rdma_transmit_bytes_total{device="mlx5_2"' not in page  # saturated: unknown
     assert 'sing_rdma_receive_packets_total{device="mlx5_2"' not in page
     assert 'counter="lifespan"' not in page  # a setting, not a counter
+    # health readings that failed are absent, never 0
+    assert 'sing_gpu_retired_pages{gpu="0"' not in page  # NOT_SUPPORTED after Volta/Turing
+    assert 'sing_gpu_retired_pages_pending{gpu="0"' not in page
+    assert 'sing_gpu_row_remap_rows{gpu="1"' not in page  # no row remapper before Ampere
+    assert 'sing_gpu_row_remap_rows{gpu="2"' not in page  # MIG
+    assert 'sing_gpu_row_remap_failed{gpu="4"' not in page  # NO_PERMISSION
+    assert 'sing_gpu_ecc_errors_total{counter="aggregate",gpu="2"' not in page
+    assert 'sing_gpu_throttle_reason{gpu="2"' not in page
+    assert 'sing_gpu_pcie_replays_total{gpu="2"' not in page
+    assert 'sing_gpu_nvlink_errors_total{gpu="1"' not in page  # no NVLink: not even asked
+    assert 'kind="function_not_found"' not in page  # the older name answered instead
+
+
+def test_health_readings_can_be_turned_off() -> None:
+    """`[exporter] health = false`: none of the health families, the rest unchanged."""
+    nvml = FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW)
+    collector = NodeCollector(
+        nvml,
+        str(FIXTURES / "sys"),
+        str(FIXTURES / "proc"),
+        str(FIXTURES / "gpu-jobs"),
+        0.0,
+        wall_clock=nvml.clock,
+        health=False,
+    )
+    text = generate_latest(node_registry(collector, process_metrics=False)).decode()
+    for family in (
+        "sing_gpu_retired_pages",
+        "sing_gpu_row_remap",
+        "sing_gpu_throttle_reason",
+        "sing_gpu_pcie_replays",
+        "sing_gpu_nvlink_errors",
+        'counter="aggregate"',
+    ):
+        assert family not in text
+    assert 'sing_exporter_errors_total{kind="not_supported",source="nvml"} 3.0' in text
+    for line in (  # XIDs, volatile ECC and the InfiniBand port health are always read
+        'sing_gpu_xid_errors_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000",xid="79"}'
+        " 2.0",
+        'sing_gpu_ecc_errors_total{counter="volatile",gpu="0",type="corrected",uuid="GPU-00000000-0000-0000-0000-000000000000"} 3.0',  # noqa: E501
+        'sing_rdma_port_errors_total{counter="link_downed",device="mlx5_0",port="1"} 1.0',
+    ):
+        assert line + "\n" in text
 
 
 def test_process_without_allocation_is_flagged(page: str) -> None:

@@ -1,0 +1,140 @@
+"""Health readings: exporter series -> `health_samples` signals, one row per change.
+
+A health series (an XID count, an ECC counter, a row-remap flag, an InfiniBand port state...)
+stays flat for months and then moves once; storing it every round would be millions of rows
+that say nothing. So a series gets a row for its first reading after the collector starts
+and then only when its value differs from the last one seen. Signal names are the contract of
+docs/health.md ("Readings"); label values become part of a name only when known (an XID code is
+digits), so a payload cannot invent signals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from datetime import datetime
+from typing import Any
+
+from collector.promtext import ParseError, Sample
+from sing.digits import ascii_digits
+
+# (component, device, gpu uuid or None, signal) -> value, for one node.
+HealthValues = dict[tuple[str, str, str | None, str], float]
+
+ECC_TYPES = {"corrected", "uncorrected"}
+ECC_COUNTERS = {"volatile", "aggregate"}
+RETIREMENT_CAUSES = {"sbe", "dbe"}
+REMAP_TYPES = {"correctable", "uncorrectable"}
+THROTTLE_REASONS = {"hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"}
+NVLINK_ERRORS = {"crc", "replay", "recovery"}
+# The InfiniBand error counters (sysfs file names) that are health signals.
+PORT_ERRORS = {"link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors"}
+
+
+Signal = Callable[[Sample], "str | None"]  # a sample's signal name; None: not a health signal
+
+
+def _xid(s: Sample) -> str | None:
+    code = _label(s, "xid")
+    return f"xid_{code}" if ascii_digits(code) else None
+
+
+def _ecc(s: Sample) -> str | None:
+    kind = _label(s, "type")
+    counter = s.labels.get("counter", "volatile")  # sing exporters before aggregate: volatile
+    return f"ecc_{kind}_{counter}" if kind in ECC_TYPES and counter in ECC_COUNTERS else None
+
+
+def _one_of(label: str, known: set[str], template: str) -> Signal:
+    """The signal named by `template` with a label's value, when the value is a known one."""
+    return lambda s: template.format(value) if (value := _label(s, label)) in known else None
+
+
+def _fixed(name: str) -> Signal:
+    return lambda s: name
+
+
+GPU_SIGNALS: dict[str, Signal] = {
+    "sing_gpu_xid_errors_total": _xid,
+    "sing_gpu_ecc_errors_total": _ecc,
+    "sing_gpu_retired_pages": _one_of("type", RETIREMENT_CAUSES, "retired_pages_{}"),
+    "sing_gpu_retired_pages_pending": _fixed("retired_pages_pending"),
+    "sing_gpu_row_remap_rows": _one_of("type", REMAP_TYPES, "row_remap_{}"),
+    "sing_gpu_row_remap_pending": _fixed("row_remap_pending"),
+    "sing_gpu_row_remap_failed": _fixed("row_remap_failed"),
+    "sing_gpu_throttle_reason": _one_of("reason", THROTTLE_REASONS, "throttle_{}"),
+    "sing_gpu_pcie_replays_total": _fixed("pcie_replays"),
+    "sing_gpu_nvlink_errors_total": _one_of("type", NVLINK_ERRORS, "nvlink_{}_errors"),
+}
+RDMA_SIGNALS: dict[str, Signal] = {
+    "sing_rdma_link_state": _fixed("link_state"),
+    "sing_rdma_physical_state": _fixed("physical_state"),
+    "sing_rdma_port_errors_total": _one_of("counter", PORT_ERRORS, "{}"),
+}
+HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(RDMA_SIGNALS)
+
+
+def add_health(values: HealthValues, s: Sample) -> None:
+    """Fold one sample of a HEALTH_METRICS series into a node's health values."""
+    if not math.isfinite(s.value):
+        return
+    if s.name in GPU_SIGNALS:
+        signal = GPU_SIGNALS[s.name](s)
+        gpu = _label(s, "gpu")
+        if not ascii_digits(gpu):
+            raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
+        key = ("gpu", str(int(gpu)), s.labels.get("uuid") or None)
+    else:
+        signal = RDMA_SIGNALS[s.name](s)
+        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
+    if signal is not None:
+        values[(*key, signal)] = s.value
+
+
+class LastValues:
+    """The last value of each health series, to write a row only when it changes."""
+
+    def __init__(self, last: dict[Hashable, float] | None = None) -> None:
+        self._last: dict[Hashable, float] = dict(last or {})
+
+    def changed(self, key: Hashable, value: float) -> bool:
+        """Whether `value` is new for `key` (its first reading, or a different one); it is
+        remembered either way."""
+        changed = self._last.get(key) != value
+        self._last[key] = value
+        return changed
+
+    def copy(self) -> LastValues:
+        """A snapshot, to go back to when the rows computed from here are not written."""
+        return LastValues(self._last)
+
+
+def health_rows(
+    last: LastValues, ts: datetime, cluster: str, node: str, values: HealthValues
+) -> list[dict[str, Any]]:
+    """`health_samples` rows for the series of one node whose value changed."""
+    rows = []
+    for (component, device, uuid, signal), value in sorted(
+        values.items(), key=lambda item: tuple(part or "" for part in item[0])
+    ):
+        if last.changed((cluster, node, component, device, uuid, signal), value):
+            rows.append(
+                {
+                    "ts": ts,
+                    "cluster": cluster,
+                    "node": node,
+                    "component": component,
+                    "device": device,
+                    "gpu_uuid": uuid,
+                    "signal": signal,
+                    "value": value,
+                }
+            )
+    return rows
+
+
+def _label(s: Sample, name: str) -> str:
+    try:
+        return s.labels[name]
+    except KeyError:
+        raise ParseError(f"{s.name} has no {name!r} label") from None

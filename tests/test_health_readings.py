@@ -1,0 +1,215 @@
+"""Health readings through the real path: a `sing exporter --fake` process whose state file
+scripts the faults, the `sing collector` daemon scraping it, then SQL on `health_samples`.
+
+Each series gets a row for its first reading and then only when its value changes: the test
+scripts an XID 79, a failed row remap, an aggregate ECC increase and an InfiniBand link going
+down once, and checks both the exact rows and that rounds with nothing new add none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.convert import read_node
+from collector.health import LastValues, health_rows
+from collector.promtext import ParseError, Sample
+from tests.test_collector_scrape import file_sd_entry, free_port, http_get, running, sing, wait_for
+from warehouse.store import Warehouse
+
+# Two healthy GPUs with two NVLinks each, and one InfiniBand port.
+NODE_YAML = """\
+model: NVIDIA H200
+count: 2
+defaults:
+  util: 0.5
+  memory_used: 1.0e+9
+  power_w: 300
+  energy_j: 0
+  temperature_c: 50
+  ecc_corrected: 0
+  ecc_uncorrected: 0
+  ecc_corrected_aggregate: 0
+  ecc_uncorrected_aggregate: 0
+  row_remap_correctable: 0
+  row_remap_uncorrectable: 0
+  row_remap_pending: 0
+  row_remap_failed: 0
+  throttle_hw_slowdown: 0
+  throttle_hw_thermal: 0
+  throttle_sw_thermal: 0
+  throttle_hw_power_brake: 0
+  pcie_replays: 0
+  nvlinks: 2
+  nvlink_crc_errors: 0
+  nvlink_replay_errors: 0
+  nvlink_recovery_errors: 0
+  xids: {}
+rdma:
+  mlx5_0/1: {rate: 400 Gb/sec (4X NDR), link_layer: InfiniBand}
+"""
+GPU_SIGNALS = [
+    "ecc_corrected_aggregate", "ecc_corrected_volatile", "ecc_uncorrected_aggregate",
+    "ecc_uncorrected_volatile", "nvlink_crc_errors", "nvlink_recovery_errors",
+    "nvlink_replay_errors", "pcie_replays", "row_remap_correctable", "row_remap_failed",
+    "row_remap_pending", "row_remap_uncorrectable", "throttle_hw_power_brake",
+    "throttle_hw_slowdown", "throttle_hw_thermal", "throttle_sw_thermal",
+]  # fmt: skip
+PORT_SIGNALS = {
+    "link_downed": 0.0, "link_error_recovery": 0.0, "link_state": 4.0,
+    "physical_state": 5.0, "port_rcv_errors": 0.0, "symbol_error": 0.0,
+}  # fmt: skip
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A fake node "gpu01" served by a real exporter; (port, its state file)."""
+    (tmp_path / "node.yaml").write_text(NODE_YAML)
+    state = tmp_path / "state.json"
+    state.write_text("{}")
+    port = free_port()
+    argv = sing(
+        "exporter", "--fake", str(tmp_path / "node.yaml"), "--fake-state", str(state),
+        "--fake-root", str(tmp_path / "root"), f"--node=gpu01:{port}", "--cache-seconds=0.05",
+    )  # fmt: skip
+    with running(argv, tmp_path / "exporter.log"):
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics"), what="exporter")
+        yield port, state
+
+
+def test_changes_of_health_readings_become_rows(tmp_path: Path, node: tuple[int, Path]) -> None:
+    port, state = node
+    (tmp_path / "targets.json").write_text(json.dumps([file_sd_entry("gpu01", port)]))
+    config = tmp_path / "sing.toml"
+    config.write_text(
+        '[site]\ncluster = "lab"\n[collector]\n'
+        f'file_sd = "{tmp_path / "targets.json"}"\ninterval_s = 0.3\n'
+    )
+    wh = Warehouse(tmp_path / "wh")
+
+    def query(sql: str) -> list[tuple]:
+        con = wh.connect()
+        try:
+            return con.execute(sql).fetchall()
+        finally:
+            con.close()
+
+    def rounds() -> int:
+        return query("SELECT count(*) FROM scrapes")[0][0]
+
+    def health() -> list[tuple]:
+        return query(
+            "SELECT cluster, node, component, device, gpu_uuid, signal, value FROM health_samples "
+            "ORDER BY ts, component, device, signal"
+        )
+
+    def quiet_rounds(expected: int) -> None:
+        """Three more rounds add no row: nothing changed."""
+        seen = rounds()
+        wait_for(lambda: rounds() >= seen + 3, what="three more rounds")
+        assert len(health()) == expected
+
+    argv = sing("--config", str(config), "--warehouse", str(wh.root), "collector")
+    with running(argv, tmp_path / "collector.log"):
+        first = 2 * len(GPU_SIGNALS) + len(PORT_SIGNALS)
+        wait_for(lambda: len(health()) == first, what="first readings")
+        quiet_rounds(first)
+        rows = health()
+        uuids = dict(
+            query("SELECT DISTINCT device, gpu_uuid FROM health_samples WHERE gpu_uuid NOTNULL")
+        )
+        gpu_rows = [("lab", "gpu01", "gpu", d, uuids[d], s, 0.0) for d in "01" for s in GPU_SIGNALS]
+        port_rows = [
+            ("lab", "gpu01", "rdma", "mlx5_0/1", None, s, v) for s, v in PORT_SIGNALS.items()
+        ]
+        assert sorted(rows) == sorted(gpu_rows + port_rows)
+
+        # Each fault is added to the state file on top of the ones before it.
+        gpus: dict[str, dict] = {"0": {}, "1": {}}
+        ports: dict[str, dict] = {}
+        faults = [
+            (gpus["0"], {"xids": {"79": 1}}, [("gpu", "0", "xid_79", 1.0)]),
+            (
+                gpus["1"],
+                {"row_remap_uncorrectable": 1, "row_remap_failed": 1},
+                [
+                    ("gpu", "1", "row_remap_failed", 1.0),
+                    ("gpu", "1", "row_remap_uncorrectable", 1.0),
+                ],
+            ),
+            (
+                gpus["0"],
+                {"ecc_uncorrected_aggregate": 2},
+                [("gpu", "0", "ecc_uncorrected_aggregate", 2.0)],
+            ),
+            (
+                ports.setdefault("mlx5_0/1", {}),
+                {"error_counters": {"link_downed": 1}},
+                [("rdma", "mlx5_0/1", "link_downed", 1.0)],
+            ),
+        ]
+        expected = first
+        for target, change, new in faults:
+            target.update(change)
+            tmp = state.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"gpus": gpus, "rdma": ports}))
+            tmp.replace(state)
+            expected += len(new)
+            wait_for(lambda n=expected: len(health()) >= n, what=f"rows {new}")
+            assert [(c, d, s, v) for _, _, c, d, _, s, v in health()[expected - len(new) :]] == new
+            quiet_rounds(expected)
+
+    changes = query(
+        "SELECT node, component, device, gpu_uuid, signal, value FROM health_samples "
+        "WHERE ts > (SELECT min(ts) FROM health_samples) ORDER BY ts, signal"
+    )
+    assert changes == [
+        ("gpu01", "gpu", "0", uuids["0"], "xid_79", 1.0),
+        ("gpu01", "gpu", "1", uuids["1"], "row_remap_failed", 1.0),
+        ("gpu01", "gpu", "1", uuids["1"], "row_remap_uncorrectable", 1.0),
+        ("gpu01", "gpu", "0", uuids["0"], "ecc_uncorrected_aggregate", 2.0),
+        ("gpu01", "rdma", "mlx5_0/1", None, "link_downed", 1.0),
+    ]
+
+
+def test_a_restarted_collector_writes_first_readings_again_and_a_new_gpu_is_a_new_series() -> None:
+    """Rows when a value changes, per series: a swapped GPU (same index, new UUID) starts over."""
+    last = LastValues()
+
+    def rows(uuid: str, ecc: float) -> list[tuple]:
+        labels = {"gpu": "0", "uuid": uuid, "type": "uncorrected", "counter": "aggregate"}
+        reading = read_node([Sample("sing_gpu_ecc_errors_total", labels, ecc)])
+        return [(r["gpu_uuid"], r["signal"], r["value"]) for r in health_rows(
+            last, None, "lab", "n", reading.health)]  # type: ignore[arg-type]  # fmt: skip
+
+    assert rows("GPU-a", 1) == [("GPU-a", "ecc_uncorrected_aggregate", 1.0)]
+    assert rows("GPU-a", 1) == []
+    assert rows("GPU-a", 0) == [("GPU-a", "ecc_uncorrected_aggregate", 0.0)]  # a reset is news
+    assert rows("GPU-b", 0) == [("GPU-b", "ecc_uncorrected_aggregate", 0.0)]
+    assert LastValues().changed(("lab", "n", "gpu", "0", "GPU-a", "x"), 0.0)  # a fresh start
+
+
+@pytest.mark.parametrize(
+    ("sample", "signal"),
+    [
+        (Sample("sing_gpu_xid_errors_total", {"gpu": "0", "xid": "48"}, 1), "xid_48"),
+        (Sample("sing_gpu_xid_errors_total", {"gpu": "0", "xid": "4'8"}, 1), None),
+        (Sample("sing_gpu_ecc_errors_total", {"gpu": "0", "type": "corrected"}, 1),
+         "ecc_corrected_volatile"),  # an exporter from before the counter label
+        (Sample("sing_gpu_throttle_reason", {"gpu": "0", "reason": "sw_power_cap"}, 1), None),
+        (Sample("sing_rdma_port_errors_total",
+                {"device": "mlx5_0", "port": "1", "counter": "VL15_dropped"}, 1), None),
+    ],
+)  # fmt: skip
+def test_only_known_label_values_name_signals(sample: Sample, signal: str | None) -> None:
+    assert [key[-1] for key in read_node([sample]).health] == ([signal] if signal else [])
+
+
+def test_a_health_series_without_its_labels_is_a_malformed_payload() -> None:
+    with pytest.raises(ParseError, match="sing_gpu_row_remap_failed has no 'gpu' label"):
+        read_node([Sample("sing_gpu_row_remap_failed", {}, 1)])
+    with pytest.raises(ParseError, match="gpu label 'x' is not a number"):
+        read_node([Sample("sing_gpu_row_remap_failed", {"gpu": "x"}, 1)])
