@@ -53,6 +53,7 @@ PAGES = (
     PageSpec("pages/cluster.py", "Cluster", "cluster", ROLES, ":material/dns:"),
     PageSpec("pages/idle_jobs.py", "Idle jobs", "idle", (ADMIN,), ":material/hourglass_empty:"),
     PageSpec("pages/policy.py", "Waste policies", "policy", (ADMIN,), ":material/gavel:"),
+    PageSpec("pages/health.py", "Health", "health", (ADMIN,), ":material/health_and_safety:"),
     PageSpec("pages/by_node_count.py", "By node count", "nodes", ROLES, ":material/bar_chart:"),
     PageSpec("pages/fairness.py", "Fairness", "fairness", ROLES, ":material/balance:"),
     PageSpec("pages/my_jobs.py", "My jobs", "my-jobs", (ADMIN, USER), ":material/person:"),

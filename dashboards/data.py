@@ -29,8 +29,8 @@ from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload, read_trace
 from sing.config import Thresholds
-from traces.export import build_release
-from traces.package import DATAPACKAGE, write_trace, zip_trace
+from traces.export import build_release, write_release
+from traces.package import DATAPACKAGE, zip_trace
 from traces.settings import TraceSettings, load_key
 from warehouse import analytics, workload
 from warehouse.job_report import job_report, load_notes
@@ -353,14 +353,7 @@ def trace_release(
     zipped (Parquet/CSV + datapackage.json), so what is previewed is what is downloaded."""
     release = build_release(Warehouse(root), since, until, load_key(settings.key_file), settings)
     with tempfile.TemporaryDirectory(prefix="sing-trace-") as tmp:
-        path = write_trace(
-            Path(tmp) / "trace",
-            release.jobs,
-            release.info,
-            release.timeseries,
-            settings.write_csv,
-            nodes=release.nodes,
-        )
+        path = write_release(Path(tmp) / "trace", release, settings.write_csv)
         archive = zip_trace(path)
     return TraceRelease(pl.from_arrow(release.jobs), release.suppressed_jobs, archive)
 

@@ -29,6 +29,10 @@ class Executor(Protocol):
     def inventory(self) -> list[NodeRecord]:
         """The nodes jobs can run on now, with their GPU count and partition."""
 
+    def drain(self, node: str, reason: str) -> None:
+        """Let `node`'s jobs finish and start no new one there (health.drain); `reason` is
+        what the scheduler shows admins. Raises UserError where the executor cannot."""
+
 
 def executor_settings(config: Config) -> ExecutorSettings:
     return config.section("executor", ExecutorSettings)

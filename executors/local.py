@@ -122,6 +122,13 @@ class LocalExecutor:
         """This machine, with the GPUs the executor hands out, in the partition jobs get."""
         return [NodeRecord(self.node, len(self.gpus), partition=LOCAL_PARTITION)]
 
+    def drain(self, node: str, reason: str) -> None:
+        """No scheduler to tell: the local executor's one machine is drained by hand."""
+        raise UserError(
+            f"the local executor cannot drain {node}: it schedules one machine and has no "
+            "drain state; stop submitting there by hand"
+        )
+
     # ---- queue and supervision -----------------------------------------------------------
 
     def enqueue(self, profile: JobProfile) -> str:

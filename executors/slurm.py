@@ -1,4 +1,5 @@
-"""The Slurm executor: `sbatch` to submit, `squeue`/`sacct` for records, `scancel` to cancel.
+"""The Slurm executor: `sbatch` to submit, `squeue`/`sacct` for records, `scancel` to cancel,
+`scontrol update ... state=drain` to drain a node.
 
 It talks to Slurm only through its client commands (any Slurm with `--json`, no libslurm to
 match), run with TZ=UTC so that time arguments and text output are UTC.
@@ -78,6 +79,11 @@ class SlurmExecutor:
         return [
             r for r in parse_sacct(dump, text, self.cluster) if r.end_time and r.end_time >= since
         ]
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run(
+            ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], None
+        )
 
     def inventory(self) -> list[NodeRecord]:
         argv = ["sinfo", "--all", "--Node", "--noheader", f"--format={SINFO_FORMAT}"]

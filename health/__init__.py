@@ -1,0 +1,1 @@
+"""Hardware health: readings, incidents, failure metrics and drain suggestions (docs/health.md)."""

@@ -36,6 +36,7 @@ COMMANDS = {
     "demo": "demo.cli",
     "policy": "policy.cli",
     "incident": "health.cli",
+    "health": "health.report_cli",
     "doctor": "sing.doctor",
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")

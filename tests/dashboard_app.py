@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
@@ -28,3 +31,14 @@ def open_app(
 def metrics(at: AppTest) -> dict[str, str]:
     """The page's metrics, label to shown value."""
     return {m.label: m.value for m in at.metric}
+
+
+@contextlib.contextmanager
+def serving(warehouse: Path, config: Path) -> Iterator[None]:
+    """The app reads this warehouse and config (not demo mode) inside the block: for a
+    module-scoped fixture, where pytest's function-scoped monkeypatch is not at hand."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SING_WAREHOUSE", str(warehouse))
+        mp.setenv("SING_CONFIG", str(config))
+        mp.delenv("SING_DASHBOARD_DEMO", raising=False)
+        yield

@@ -37,6 +37,7 @@ PAGES = {
     "": 3,
     "idle": 1,
     "policy": 0,
+    "health": 1,
     "nodes": 1,
     "fairness": 3,
     "my-jobs": 1,

@@ -79,7 +79,7 @@ QI_COLUMNS = {
     "run": ("run_bin",),
     "queue": ("queue_bin",),
     "time_limit": ("time_limit_s",),
-    "outcome": ("state", "exit_class"),
+    "outcome": ("state", "exit_class", "failure_class"),
     "partition": ("partition",),
     "group": ("group",),
     "dependencies": ("dependencies",),

@@ -22,9 +22,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from health.failures import classified_sql
 from sing.errors import UserError
 from traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
-from traces.format import JOBS, NODES, TIMESERIES, conform, exit_class_sql, state_sql
+from traces.format import (
+    INCIDENTS,
+    JOBS,
+    NODES,
+    TIMESERIES,
+    conform,
+    exit_class_sql,
+    state_sql,
+)
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import ANY, TraceSettings, load_key
 from warehouse.analytics import job_gpu_sql, job_rdma_sql
@@ -75,13 +84,21 @@ FROM b
 """
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
-# the window (`sel`, real ids, the job name never selected), numbered `r` so that every later
-# join and group is on one integer rather than on job id text, and their per-GPU and per-node
-# rollups; `people` holds the columns the k-anonymity policy looks at. Parameters: $since, $until.
+# the window (`sel`, real ids, the job name never selected, with their failure class: an
+# incident open at the window end counts as open), numbered `r` so that every later join and
+# group is on one integer rather than on job id text, and their per-GPU and per-node rollups;
+# the incidents open during the window (`inc`); `people` holds the columns the k-anonymity
+# policy looks at. Parameters: $since, $until.
+IN_WINDOW = "(SELECT * FROM jobs WHERE submit_time >= $since AND submit_time < $until)"
 STAGE_SQL = f"""
 CREATE TEMP TABLE sel AS
     SELECT row_number() OVER () AS r, * EXCLUDE (name)
-    FROM jobs WHERE submit_time >= $since AND submit_time < $until;
+    FROM ({classified_sql(IN_WINDOW, now="$until")});
+CREATE TEMP TABLE inc AS
+    SELECT node, class, greatest(opened_at, $since) AS opened_at,
+           CASE WHEN closed_at < $until THEN closed_at END AS closed_at
+    FROM incidents
+    WHERE opened_at < $until AND (closed_at IS NULL OR closed_at >= $since);
 CREATE TEMP TABLE gpu_days AS
     SELECT * FROM job_gpu_usage
     WHERE day <= $until::DATE AND job_id IN (SELECT job_id FROM sel);
@@ -108,7 +125,8 @@ def outcome_sql(t: str) -> str:
     return f"""CASE WHEN {t}.censored AND {t}.queue_s IS NOT NULL THEN 'running'
             WHEN {t}.censored THEN 'pending'
             ELSE {state_sql(f"{t}.state")} END AS state,
-       CASE WHEN NOT {t}.censored THEN {exit_class_sql(f"{t}.exit_code")} END AS exit_class"""
+       CASE WHEN NOT {t}.censored THEN {exit_class_sql(f"{t}.exit_code")} END AS exit_class,
+       CASE WHEN NOT {t}.censored THEN {t}.failure_class END AS failure_class"""
 
 
 PEOPLE_SQL = f"""
@@ -132,6 +150,7 @@ FROM (
     SELECT unnest(nodes) AS node FROM sel
     UNION SELECT node FROM gpu
     UNION SELECT node FROM rdma
+    UNION SELECT node FROM inc
 ) WHERE node IS NOT NULL
 """
 NODE_ORDER = {"name_order": "node", "random": "sha256($salt || node)"}
@@ -309,6 +328,27 @@ FROM g FULL JOIN r USING (job_id, node, minute) JOIN {node_map}
 ORDER BY job_id, node, minute_s
 """
 
+
+def _binned(column: str) -> str:
+    """SQL: seconds from $origin to `column`, floored to the start of its $res bin."""
+    x = f"(epoch_us({column}) - epoch_us($origin)) / 1e6"
+    return f"CASE WHEN $res > 0 THEN floor({x} / $res) * $res ELSE {x} END"
+
+
+# The incidents open during the window, numbered as opened; times from $origin, floored to
+# their $res bin (no finer than the jobs' submit times); nodes by alias or (per_job) none.
+INCIDENTS_SQL = f"""
+SELECT 'i' || row_number() OVER (ORDER BY opened_at, node, class) AS incident,
+       {{alias}} AS node, class,
+       {_binned("opened_at")} AS opened_s, {_binned("closed_at")} AS closed_s
+FROM inc {{join}}
+ORDER BY opened_s, incident
+"""
+INCIDENT_NODES = {
+    "global": ("m.alias", "LEFT JOIN node_map m USING (node)"),
+    "per_job": ("NULL", ""),
+}
+
 PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,63}$")
 IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")  # looks like a version, is an address
@@ -333,6 +373,7 @@ class Release:
     timeseries: pa.Table | None
     info: ReleaseInfo
     suppressed_jobs: int
+    incidents: pa.Table
     nodes: pa.Table | None = None  # the cluster's inventory (format 1.2)
 
 
@@ -376,7 +417,7 @@ def build_release(
     con.execute(PEOPLE_SQL)
     nodes = con.execute(
         "SELECT count(*) FROM (SELECT unnest(nodes) FROM sel UNION SELECT node FROM gpu "
-        "UNION SELECT node FROM rdma)"
+        "UNION SELECT node FROM rdma UNION SELECT node FROM inc)"
     ).fetchone()[0]
     aliases = "per_job" if settings.node_aliases == "per_job" else "global"
     if aliases == "global":
@@ -396,6 +437,11 @@ def build_release(
     inventory = _inventory(con, params, aliases, settings, kept)
     jobs = _pseudonymize_jobs(kept, key, settings)
     jobs = conform(JOBS, jobs, dropped=settings.drop)
+    alias, join = INCIDENT_NODES[aliases]
+    statement = INCIDENTS_SQL.format(alias=alias, join=join)
+    incidents = conform(
+        INCIDENTS, con.sql(statement, params=_used(params, statement)).to_arrow_table()
+    )
     info = ReleaseInfo(
         title=settings.title,
         release_start=SECRET_ORIGIN if settings.time_shift else since,
@@ -408,7 +454,7 @@ def build_release(
         threat_model=THREAT_MODEL,
         policy=_policy(settings),
     )
-    return Release(jobs, series, info, suppressed, inventory)
+    return Release(jobs, series, info, suppressed, incidents, inventory)
 
 
 def export_trace(
@@ -426,16 +472,22 @@ def export_trace(
     """
     key = key if key is not None else load_key(settings.key_file)
     release = build_release(warehouse, since, until, key, settings, timeseries)
-    path = write_trace(
+    path = write_release(out_dir, release, settings.write_csv)
+    figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
+    return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
+
+
+def write_release(out_dir: str | Path, release: Release, write_csv: bool = True) -> Path:
+    """Write a release built in memory as a trace directory (atomically), every resource."""
+    return write_trace(
         out_dir,
         release.jobs,
         release.info,
         release.timeseries,
-        settings.write_csv,
+        write_csv,
         nodes=release.nodes,
+        incidents=release.incidents,
     )
-    figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
-    return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
 
 
 def export_zip(

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from health.failures import FAILURE_CLASSES
+
 FORMAT_NAME = "sing-trace"
 # 1.1: datapackage.json "anonymization"; a secret time origin. 1.2: jobs.gpu_request (shares of
-# one GPU) and jobs.gpu_model_request; the optional `nodes` resource (the cluster's inventory).
-# Each step only adds, so a 1.2 reader reads 1.0 and 1.1 releases.
+# one GPU), jobs.gpu_model_request and jobs.failure_class; the optional `nodes` resource (the
+# cluster's inventory) and `incidents` resource. Each step only adds, so a 1.2 reader reads 1.0
+# and 1.1 releases.
 FORMAT_VERSION = "1.2"
 
 STATES = (
@@ -34,6 +37,8 @@ STATES = (
     "unknown",
 )
 EXIT_CLASSES = ("success", "error", "signal")
+# The incident classes of the warehouse's `incidents` table (warehouse/schema.py).
+INCIDENT_CLASSES = ("xid", "ecc", "row_remap", "link", "node_down", "service_request", "other")
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,15 @@ JOBS = Resource(
         Field(
             "exit_class", S, None, "Exit code class: success (0), error, signal.", enum=EXIT_CLASSES
         ),
+        Field(
+            "failure_class",
+            S,
+            None,
+            "Why it ended: success, user_error (failed, out of memory), timeout, node_failure "
+            "(node failed, or the job failed there during a hardware incident), preemption, "
+            "cancelled; empty while running or unknown.",
+            enum=FAILURE_CLASSES,
+        ),
         Field("partition", S, None, "Scheduler partition or virtual cluster."),
         Field("num_nodes", INT, "nodes", "Nodes allocated (or requested).", minimum=0),
         Field("gpus_per_node", INT, "GPUs", "GPUs per node.", minimum=0),
@@ -204,7 +218,39 @@ NODES = Resource(
     optional=True,
 )
 
-RESOURCES = {r.name: r for r in (JOBS, TIMESERIES, NODES)}
+INCIDENTS = Resource(
+    "incidents",
+    "Hardware incidents and service requests open during the release window, no notes.",
+    (
+        Field("incident", S, None, "Incident number in this release: i1, i2, ... as opened.", True),
+        Field(
+            "node",
+            S,
+            None,
+            "Node alias as in jobs.nodes; empty where the release names nodes per job (n1, ...).",
+        ),
+        Field("class", S, None, "What it was (the enum).", True, enum=INCIDENT_CLASSES),
+        Field(
+            "opened_s",
+            F,
+            "s",
+            "Opened, seconds since release_start (the window start if before), at the start of "
+            "its time bin.",
+            True,
+        ),
+        Field(
+            "closed_s",
+            F,
+            "s",
+            "Closed, seconds since release_start, at the start of its time bin; empty if still "
+            "open at the window end.",
+        ),
+    ),
+    primary_key=("incident",),
+    optional=True,
+)
+
+RESOURCES = {r.name: r for r in (JOBS, TIMESERIES, NODES, INCIDENTS)}
 # Fields a release may leave out by policy ([trace] drop); identity and timing fields stay.
 DROPPABLE = tuple(f.name for f in JOBS.fields if not f.required and f.name not in ("run_s",))
 

@@ -25,7 +25,15 @@ import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from traces import aggregates, sql
-from traces.format import FORMAT_NAME, FORMAT_VERSION, JOBS, NODES, TIMESERIES, Resource
+from traces.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INCIDENTS,
+    JOBS,
+    NODES,
+    TIMESERIES,
+    Resource,
+)
 
 DATAPACKAGE = "datapackage.json"
 AGGREGATES = "aggregates.json"
@@ -54,9 +62,10 @@ def write_trace(
     timeseries: pa.Table | None = None,
     write_csv: bool = True,
     nodes: pa.Table | None = None,
+    incidents: pa.Table | None = None,
 ) -> Path:
     """Write a complete trace directory at `out_dir` (which must not exist or be empty);
-    the optional resources (timeseries, nodes) only when given."""
+    the optional resources (timeseries, nodes, incidents) only when given."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out}: already exists and is not an empty directory; choose a new --out")
@@ -64,7 +73,7 @@ def write_trace(
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        optional = [(TIMESERIES, timeseries), (NODES, nodes)]
+        optional = [(TIMESERIES, timeseries), (NODES, nodes), (INCIDENTS, incidents)]
         tables = [(JOBS, jobs)] + [(spec, data) for spec, data in optional if data is not None]
         formats = ["parquet", "csv"] if write_csv else ["parquet"]
         # The Parquet and CSV writers and SHA-256 release the GIL: each file is written and

@@ -3,7 +3,9 @@
 Checks, per resource: the file is there with the recorded size and SHA-256; its columns, types
 and units are those of the format version it declares; required fields have no empty values,
 enumerations and minimums hold, the primary key is unique; the CSV copy holds the same values as
-the Parquet file. Then the golden aggregates are recomputed and compared.
+the Parquet file. A job's failure class must fit its state (a completed job a success, a failed
+one a user error or node failure, ...), an incident must not close before it opened. Then the
+golden aggregates are recomputed and compared.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def validate(path: str | Path) -> list[str]:
     if "jobs" not in parquet:
         problems.append("no jobs.parquet resource")
         return problems
+    problems += _check_failure_classes(parquet["jobs"])
+    if "incidents" in parquet:
+        problems += _check_incidents(parquet["incidents"])
     stored_file = root / AGGREGATES
     if not stored_file.is_file():
         return [*problems, f"{AGGREGATES}: missing"]
@@ -106,7 +111,8 @@ def _check_table(
         return [f"{where}: columns {table.column_names} differ from datapackage fields {names}"]
     if rows != table.num_rows:
         problems.append(f"{where}: {table.num_rows} rows, datapackage says {rows}")
-    for name in names:
+    known = {f.name for f in spec.fields}
+    for name in (n for n in names if n in known):  # others: _check_descriptors names them
         f = spec.field(name)
         column = table.column(name)
         if column.type != f.type:
@@ -136,6 +142,40 @@ def _check_table(
         if dupes:
             problems.append(f"{where}: primary key ({', '.join(key)}) has {dupes} duplicate(s)")
     return problems
+
+
+# The failure classes each released state allows (traces.format; empty: none).
+STATE_FAILURES = {
+    "completed": ("success",),
+    "failed": ("user_error", "node_failure"),
+    "out_of_memory": ("user_error",),
+    "node_fail": ("node_failure",),
+    "timeout": ("timeout",),
+    "preempted": ("preemption",),
+    "cancelled": ("cancelled",),
+    "running": (),
+    "pending": (),
+}
+
+
+def _check_failure_classes(jobs: pa.Table) -> list[str]:
+    """Each job's failure class fits its state (a trace of format 1.1 has none to check)."""
+    if "failure_class" not in jobs.column_names or "state" not in jobs.column_names:
+        return []
+    pairs = zip(jobs["state"].to_pylist(), jobs["failure_class"].to_pylist(), strict=True)
+    for row, (state, failure) in enumerate(pairs, start=1):
+        allowed = STATE_FAILURES.get(state)
+        if failure is not None and allowed is not None and failure not in allowed:
+            return [f"jobs.parquet: row {row}: failure_class {failure!r} with state {state!r}"]
+    return []
+
+
+def _check_incidents(incidents: pa.Table) -> list[str]:
+    closed_early = pc.less(incidents["closed_s"], incidents["opened_s"])
+    if pc.any(closed_early).as_py():
+        row = pc.index(closed_early, True).as_py()
+        return [f"incidents.parquet: row {row + 1}: closed_s is before opened_s"]
+    return []
 
 
 def _check_csv(where: str, file: Path, fields: list[dict]) -> list[str]:

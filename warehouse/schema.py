@@ -178,7 +178,7 @@ TABLES: dict[str, Table] = {
                 # evaluation: violating, recovered, exempt, stale, ended, changed;
                 # message: notify, warn, cancelled, held (waits: detail says why), job_end,
                 # weekly_digest, monthly_digest;
-                # action: cancel, left_alone.
+                # action: cancel, left_alone; drain (health.drain: detail names the node).
                 ("outcome", pa.string()),
                 ("deadline", UTC_TS),  # a warning's: the job is cancelled after it
                 ("channel", pa.string()),  # message: email or webhook; action: the executor kind

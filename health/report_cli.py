@@ -1,0 +1,138 @@
+"""`sing health report` (failure metrics of a period) and `sing health drain` (nodes to drain).
+
+Tables with units for people, `--json` for scripts; the figures are `health.failures.report`
+and `health.drain.candidates` (docs/health.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from accounting.periods import FORMS, period_window
+from health import drain, failures
+from sing.config import Config
+from sing.errors import UserError
+from sing.tables import Column, percent, render
+from warehouse.reports_cli import NOW_HELP, report_now
+from warehouse.reports_cli import _time as iso_time
+from warehouse.store import Warehouse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    health = subparsers.add_parser("health", help="failure metrics and nodes to drain")
+    sub = health.add_subparsers(dest="health_command", metavar="ACTION", required=True)
+    report = sub.add_parser("report", help="job failures by cause, GPU-hours lost, MTBF")
+    report.add_argument("--since", type=iso_time, help="window start (ISO 8601, UTC)")
+    report.add_argument("--until", type=iso_time, help="window end (ISO 8601, UTC)")
+    report.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
+    report.add_argument("--now", type=iso_time, help=NOW_HELP)
+    report.add_argument("--json", action="store_true", help="machine-readable output")
+    report.set_defaults(func=cmd_report)
+    act = sub.add_parser(
+        "drain", help="nodes whose readings cross the [health] drain limits, and the command"
+    )
+    act.add_argument(
+        "--dry-run", action="store_true", help="only list them, whatever [health] allows"
+    )
+    act.add_argument("--now", type=iso_time, help="judge the readings as of this time")
+    act.add_argument("--json", action="store_true", help="machine-readable output")
+    act.set_defaults(func=cmd_drain)
+
+
+CAUSE_COLUMNS = (
+    Column("failure_class", "cause"),
+    Column("jobs", "jobs"),
+    percent("share", "share of jobs", missing="n/a"),
+    Column("gpu_hours", "GPU-h", digits=1),
+)
+NODE_COLUMNS = (
+    Column("cluster", "cluster"),
+    Column("node", "node"),
+    Column("incidents", "incidents opened"),
+    Column("open_at_end", "open at end"),
+    Column("classes", "classes"),
+)
+SUMMARY_COLUMNS = (Column("figure", "figure"), Column("value", "value"))
+
+
+def cmd_report(args: argparse.Namespace, config: Config) -> int:
+    if args.period and (args.since or args.until):
+        raise UserError("give either --period or --since/--until, not both")
+    since, until = (
+        period_window(args.period, "--period") if args.period else (args.since, args.until)
+    )
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    found = failures.report(failures.snapshot(wh), since, until, report_now(wh, args.now))
+    if args.json:
+        json.dump(found, sys.stdout, default=str)
+        print()
+        return 0
+    w = found["window"]
+    print(f"Jobs that ended {w['since']:%Y-%m-%d %H:%M} to {w['until']:%Y-%m-%d %H:%M} UTC")
+    print(render(found["causes"], CAUSE_COLUMNS))
+    print()
+    print(render(summary(found), SUMMARY_COLUMNS))
+    if found["nodes"]:
+        print()
+        print(render(found["nodes"], NODE_COLUMNS))
+    return 0
+
+
+def summary(found: dict) -> list[dict]:
+    """The report's single figures as (figure, value) rows, units in the words."""
+    incidents, mtbf = found["incidents"], found["mtbf"]
+    per_job = found["service_requests_per_job"]
+    ttc = incidents["mean_time_to_close_s"]
+    rows = [
+        ("jobs ended", found["jobs"]),
+        ("GPU-hours lost to failed jobs", found["gpu_hours_lost"]),
+        ("hardware incidents opened", incidents["hardware"]),
+        ("mean time between incidents per node (h)", mtbf["node_hours_between"]),
+        ("GPU-hours between incidents", mtbf["gpu_hours_between"]),
+        ("service requests", incidents["service_requests"]),
+        ("jobs per service request", 1 / per_job if per_job else None),
+        ("incidents opened / closed", f"{incidents['opened']} / {incidents['closed']}"),
+        ("incidents open at the end", incidents["open_at_end"]),
+        ("mean time to close (h)", ttc / 3600 if ttc is not None else None),
+    ]
+    return [{"figure": name, "value": _shown(value)} for name, value in rows]
+
+
+def _shown(value: float | int | str | None) -> str:
+    """A figure as text: counts as they are, other numbers to 0.1; n/a where there is none."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else value
+
+
+DRAIN_COLUMNS = (
+    Column("cluster", "cluster"),
+    Column("node", "node"),
+    Column("reason", "evidence", width=80),
+    Column("done", "done"),
+)
+
+
+def cmd_drain(args: argparse.Namespace, config: Config) -> int:
+    wh = Warehouse(config.warehouse_dir(args.warehouse))
+    outcome = drain.run(wh, config, force_dry_run=args.dry_run, now=args.now)
+    if args.json:
+        json.dump(outcome, sys.stdout, default=str)
+        print()
+        return 0 if all(row["ok"] for row in outcome["nodes"]) else 1
+    if not outcome["nodes"]:
+        print("No node crosses the [health] drain limits.")
+        return 0
+    print(render(outcome["nodes"], DRAIN_COLUMNS))
+    print()
+    for row in outcome["nodes"]:
+        print(row["command"])
+        if row["error"]:
+            print(f"  failed: {row['error']}", file=sys.stderr)
+    print()
+    print(outcome["mode"])
+    return 0 if all(row["ok"] for row in outcome["nodes"]) else 1
