@@ -3,9 +3,10 @@
 Each round reads every target concurrently, turns the readings into rows (jobs stamped, RDMA
 and energy deltas computed, health readings that changed, node versions where the inventory
 changed) and hands one batch per table to the buffered writer, so the warehouse sees at most five
-appends per round whatever the number of nodes. Each warehouse append is atomic, so a collector killed at any moment loses at
-most the round in flight; on restart it takes the counters' last values and the nodes' last
-versions from the warehouse and carries on.
+appends per round whatever the number of nodes. Each warehouse append is atomic, so a collector
+killed at any moment loses at most the round in flight; on restart it takes the counters' last
+values and the nodes' last versions from the warehouse and carries on (health readings start
+over: each series' first reading is written again).
 """
 
 from __future__ import annotations

@@ -208,6 +208,25 @@ def test_only_known_label_values_name_signals(sample: Sample, signal: str | None
     assert [key[-1] for key in read_node([sample]).health] == ([signal] if signal else [])
 
 
+def test_dcgm_exporter_and_node_exporter_health_series_are_understood() -> None:
+    gpu = {"gpu": "1", "UUID": "GPU-d", "modelName": "NVIDIA A100"}
+    port = {"device": "mlx5_3", "port": "1"}
+    samples = [
+        Sample("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", gpu, 2),
+        Sample("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu, 1),
+        Sample("DCGM_FI_DEV_ROW_REMAP_FAILURE", {**gpu, "GPU_I_ID": "3"}, 1),  # MIG: per GPU
+        Sample("DCGM_FI_DEV_XID_ERRORS", gpu, 79),  # the last XID, not a count: not taken
+        Sample("node_infiniband_link_downed_total", port, 4),
+        Sample("node_infiniband_state_id", port, 4),
+    ]
+    assert read_node(samples).health == {
+        ("gpu", "1", "GPU-d", "ecc_uncorrected_aggregate"): 2,
+        ("gpu", "1", "GPU-d", "row_remap_failed"): 1,
+        ("rdma", "mlx5_3/1", None, "link_downed"): 4,
+        ("rdma", "mlx5_3/1", None, "link_state"): 4,
+    }
+
+
 def test_a_health_series_without_its_labels_is_a_malformed_payload() -> None:
     with pytest.raises(ParseError, match="sing_gpu_row_remap_failed has no 'gpu' label"):
         read_node([Sample("sing_gpu_row_remap_failed", {}, 1)])
