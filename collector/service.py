@@ -74,14 +74,14 @@ class Collector:
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
         self.deltas = seeded_deltas(warehouse, self.cluster)
         self.inventory = load_inventory(warehouse, self.cluster)
-        self.health = LastValues()  # a restart writes each health series' first reading again
+        self.last_health = LastValues()  # a restart writes each health series' first reading again
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
 
     def new_rows(self) -> RoundRows:
-        return RoundRows(self.deltas, self.allocations, self.inventory, self.health)
+        return RoundRows(self.deltas, self.allocations, self.inventory, self.last_health)
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round."""
