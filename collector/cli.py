@@ -107,7 +107,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
-    from policy.cli import policy_job  # the policy engine loads only for a long-running collector
+    # The policy engine and incident detection load only for a long-running collector.
+    from health.detect import detection_job
+    from policy.cli import policy_job
 
-    run_forever(collector, round_job, policy_job(config, warehouse))
+    run_forever(
+        collector, round_job, policy_job(config, warehouse), detection_job(config, warehouse)
+    )
     return 0

@@ -207,11 +207,12 @@ def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
 def run_forever(
     collector: Collector,
     round_job: Callable[[], object],
-    policy: tuple[Callable[[], object], float] | None = None,
+    *jobs: tuple[Callable[[], object], float] | None,
 ) -> None:
     """Run rounds, job sync and maintenance on their intervals until SIGTERM or Ctrl-C; and
-    `policy` = (a policy round, its interval in seconds) as a job of its own, which runs in
-    its own thread beside the scrapes and never delays them."""
+    each of `jobs` = (a round, its interval in seconds; None: none) as a job of its own (the
+    policy round, incident detection), which runs in its own thread beside the scrapes and
+    never delays them."""
     s = collector.settings
     scheduler = BlockingScheduler(timezone=UTC)
     now = datetime.now(UTC)
@@ -221,9 +222,9 @@ def run_forever(
         collector.sync_jobs, "interval", seconds=s.job_sync_interval_s, next_run_time=now, **common
     )
     scheduler.add_job(collector.maintain, "interval", seconds=s.maintenance_interval_s, **common)
-    if policy:
-        policy_round, interval_s = policy
-        scheduler.add_job(policy_round, "interval", seconds=interval_s, **common)
+    for job in filter(None, jobs):
+        job_round, interval_s = job
+        scheduler.add_job(job_round, "interval", seconds=interval_s, **common)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
     try:
         scheduler.start()

@@ -60,6 +60,9 @@ PAGES = (
     PageSpec("pages/job.py", "Job", "job", (ADMIN, USER), ":material/monitoring:"),
     PageSpec("pages/traces.py", "Traces", "traces", (ADMIN, RESEARCHER), ":material/download:"),
     PageSpec("pages/simulator.py", "Simulator", "simulator", ROLES, ":material/science:"),
+    PageSpec(
+        "pages/workload.py", "Workload", "workload", (ADMIN, RESEARCHER), ":material/ssid_chart:"
+    ),
 )
 
 

@@ -30,9 +30,9 @@ from scheduler.simulate import replay
 from scheduler.workload import Workload, read_trace
 from sing.config import Thresholds
 from traces.export import build_release
-from traces.package import write_trace, zip_trace
+from traces.package import DATAPACKAGE, write_trace, zip_trace
 from traces.settings import TraceSettings, load_key
-from warehouse import analytics
+from warehouse import analytics, workload
 from warehouse.job_report import job_report, load_notes
 from warehouse.store import Warehouse
 
@@ -420,3 +420,26 @@ def compare_policies(
         for policy in policies
     ]
     return pl.DataFrame(rows)
+
+
+# ---- workload --------------------------------------------------------------------------
+
+
+def trace_releases(directory: str) -> list[str]:
+    """The releases right under `directory` (those with a datapackage.json), by name."""
+    found = Path(directory).glob(f"*/{DATAPACKAGE}") if directory else ()
+    return sorted(str(p.parent) for p in found)
+
+
+@cached
+def cluster_workload(
+    root: str, since: datetime, until: datetime, now: datetime, name: str
+) -> workload.Profile:
+    """The warehouse's jobs submitted in [since, until) (warehouse.workload)."""
+    return workload.from_warehouse(Warehouse(root), since, until, now, name)
+
+
+@cached
+def trace_workload(path: str) -> workload.Profile:
+    """A release's workload; a release does not change once written."""
+    return workload.from_trace(path)

@@ -38,6 +38,10 @@ class DashboardSettings:
     # Job traces the Simulator page offers besides the warehouse's own jobs (simple CSV or the
     # Philly jobs file; see docs/scheduler.md). Relative paths: from the config file's directory.
     trace_files: tuple[str, ...] = ("../shared/traces/philly/philly_pollux_jobs.csv",)
+    # Trace releases the Workload page offers beside the cluster: every directory right under
+    # this one that holds a datapackage.json (`sing trace import --out` or `sing trace export
+    # --out` into it). Relative paths: from the config file's directory. Empty: none.
+    trace_releases: str = ""
     # Demo mode: anyone may look without signing in, choosing a role; every page says so.
     demo: bool = False
     # Seconds a cached query result is reused; the collector writes every 15 s or so.

@@ -35,6 +35,7 @@ COMMANDS = {
     "trace": "traces.cli",
     "demo": "demo.cli",
     "policy": "policy.cli",
+    "incident": "health.cli",
     "doctor": "sing.doctor",
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")

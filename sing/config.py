@@ -45,6 +45,7 @@ KNOWN_SECTIONS = (
     "demo",
     "policy",
     "accounting",
+    "health",
 )
 
 

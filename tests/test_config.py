@@ -35,6 +35,7 @@ SECTION_SCHEMAS = {
     "demo": "demo.settings:DemoSettings",
     "policy": "policy.settings:PolicySettings",
     "accounting": "accounting.settings:AccountingSettings",
+    "health": "health.settings:HealthSettings",
 }
 EXAMPLE = ROOT / "sing.example.toml"
 DOC = ROOT / "docs" / "configuration.md"

@@ -158,7 +158,7 @@ def test_a_signed_in_stranger_is_refused_even_in_demo_mode(
             USER,
             ["cluster", "by_node_count", "fairness", "my_jobs", "accounting", "job", "simulator"],
         ),
-        (RESEARCHER, ["cluster", "by_node_count", "fairness", "traces", "simulator"]),
+        (RESEARCHER, ["cluster", "by_node_count", "fairness", "traces", "simulator", "workload"]),
     ],
 )
 def test_each_role_reaches_exactly_its_pages(warehouse: Warehouse, user: str, pages: list) -> None:

@@ -20,7 +20,7 @@ from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
-from warehouse import analytics
+from warehouse import analytics, workload
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
 from warehouse.synthetic import check_size, generate
@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
     add_usage(sub)
     add_statement(sub)
+    add_workload(sub)
 
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
@@ -317,6 +318,133 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
         for name in ("charge", "energy", "carbon"):
             print(f"{name}: {notes[name]}")
     return 0
+
+
+def add_workload(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "workload",
+        help="run time, queue time, GPUs and nodes per job, load by hour and weekday; "
+        "the cluster beside trace releases",
+    )
+    p.add_argument("--since", type=_time, help="jobs submitted from (ISO 8601, UTC)")
+    p.add_argument("--until", type=_time, help="jobs submitted before (ISO 8601, UTC)")
+    p.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
+    p.add_argument(
+        "--trace", action="append", default=[], metavar="DIR", help="a trace release (repeatable)"
+    )
+    p.add_argument("--cluster", help="only this cluster's jobs (default: all the warehouse's)")
+    p.add_argument("--no-cluster", action="store_true", help="only the traces, not the warehouse")
+    p.add_argument("--now", type=_time, help=NOW_HELP)
+    p.add_argument("--json", action="store_true", help="every figure as JSON (seconds, GPUs)")
+    p.set_defaults(func=cmd_workload)
+
+
+def cmd_workload(args: argparse.Namespace, config: Config) -> int:
+    """`sing report workload`: warehouse.workload for the cluster and each --trace, side by side."""
+    if args.period and (args.since or args.until):
+        raise UserError("give either --period or --since/--until, not both")
+    if args.no_cluster and not args.trace:
+        raise UserError("--no-cluster needs at least one --trace DIR")
+    since, until = (
+        period_window(args.period, "--period") if args.period else (args.since, args.until)
+    )
+    profiles = []
+    if not args.no_cluster:
+        root = config.warehouse_dir(args.warehouse)
+        if not root.is_dir():
+            raise UserError(
+                f"{root}: no warehouse there (set --warehouse or [site] warehouse, "
+                "or give --no-cluster with --trace DIR)"
+            )
+        wh = Warehouse(root)
+        now = report_now(wh, args.now)
+        name = args.cluster or config.site.cluster
+        profiles.append(workload.from_warehouse(wh, since, until, now, name, args.cluster))
+    profiles += [workload.from_trace(path) for path in args.trace]
+    profiles = workload.unique_names(profiles)
+    if args.json:
+        json.dump(
+            {
+                "window": {"since": since, "until": until},
+                "metrics": [vars(m) for m in workload.METRICS],
+                "sources": [p.as_dict() for p in profiles],
+            },
+            sys.stdout,
+            default=str,
+        )
+        print()
+        return 0
+    print(workload_text(profiles))
+    return 0
+
+
+WORKLOAD_COUNTS = (
+    Column("name", "source"),
+    Column("jobs", "jobs"),
+    Column("gpu_jobs", "GPU jobs"),
+    Column("cpu_only", "CPU-only"),
+    Column("never_started", "never started"),
+    Column("note", "note", missing=""),
+)
+
+
+def workload_text(profiles: list[workload.Profile]) -> str:
+    """The report for people: the jobs of each source, one table per distribution (a row per
+    source: quantiles in the metric's unit, then the share of jobs at or under fixed values),
+    then the load by hour of day and by weekday (a column per source)."""
+    parts = [
+        render_table(
+            [{"name": p.name, **p.counts, "note": p.note or None} for p in profiles],
+            WORKLOAD_COUNTS,
+        )
+    ]
+    for m in workload.METRICS:
+        columns = [
+            Column("name", "source"),
+            Column("jobs", "jobs"),
+            Column("mean", f"mean {m.unit}", digits=2, per=m.per, missing="n/a"),
+            *(
+                Column(q, f"{q} {m.unit}", digits=m.digits, per=m.per, missing="n/a")
+                for q in map(workload.quantile_name, workload.QUANTILES)
+            ),
+            *(
+                percent(f"<={label}", f"<={label}", missing="n/a")
+                for label in map(workload.point_label, [m] * len(m.points), m.points)
+            ),
+        ]
+        rows = []
+        for p in profiles:
+            row = p.stats.filter(pl.col("metric") == m.key).to_dicts()[0]
+            at = p.at_points.filter(pl.col("metric") == m.key)
+            points = zip(at["point"], at["share"], strict=True)
+            shares = {f"<={workload.point_label(m, v)}": s for v, s in points}
+            rows.append({"name": p.name, **row, **shares})
+        population = "finished" if m.key == "run_s" else "started"
+        parts.append(f"{m.title} (GPU jobs that {population})\n{render_table(rows, columns)}")
+    for scale in workload.SCALES:
+        rows = {}
+        for p in profiles:
+            load = p.load.filter(pl.col("scale") == scale) if p.load is not None else None
+            for slot in workload.slots(scale):
+                row = rows.setdefault(slot, {"slot": workload.slot_label(scale, slot)})
+                found = (
+                    load.filter(pl.col("slot") == slot).to_dicts()[0] if load is not None else {}
+                )
+                for kind in ("offered", "running"):
+                    row[f"{kind}:{p.name}"] = found.get(f"{kind}_share")
+        columns = [
+            Column("slot", "hour (UTC)" if scale == "hour" else "weekday (UTC)"),
+            *(
+                percent(f"{kind}:{p.name}", f"{p.name} {kind}", missing="n/a")
+                for p in profiles
+                for kind in ("offered", "running")
+            ),
+        ]
+        parts.append(
+            f"GPU-hours by {scale}: share of each source's total (offered: by submit time; "
+            f"running: as held)\n{render_table(list(rows.values()), columns)}"
+        )
+    return "\n\n".join(parts)
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:

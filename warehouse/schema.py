@@ -249,6 +249,23 @@ TABLES: dict[str, Table] = {
             doc="The history of each incident: opening, notes and closing, who and when.",
         ),
         Table(
+            "health_rounds",
+            _schema(
+                ("cluster", pa.string()),
+                # The newest reading time each source had when the last detection round read
+                # it: the next round starts after them, so a restart neither repeats nor skips.
+                ("samples_until", UTC_TS),  # of health_samples
+                ("scrapes_until", UTC_TS),  # of scrapes
+                ("round_at", UTC_TS),
+                ("seconds", pa.float64()),  # how long the round took
+                ("opened", pa.int32()),  # incidents it opened
+                ("noted", pa.int32()),  # notes it added to incidents already open
+                ("recorded_at", UTC_TS),
+            ),
+            key=("cluster",),
+            doc="Where incident detection stands (health/detect.py): its last round, per cluster.",
+        ),
+        Table(
             "sim_runs",
             _schema(
                 ("run_id", pa.string()),
