@@ -4,6 +4,13 @@ Scrape cost: an 8-GPU (18 NVLinks each), 4-port node on the fake NVML, with the 
 sysfs/procfs readers on a static fake tree, against a bare CollectorRegistry of plain Gauges
 holding the same series (the least any Python exporter built on prometheus_client can cost),
 best of alternating rounds. Target: under 2x.
+Health readings (issue 18): the same node with `[exporter] health` on and off, alternating
+rounds, best of each: the page alone (read and render), and served over plain HTTP (the server's
+CPU per scrape, as a node pays it). Target: the health readings add at most 20% to the CPU per
+scrape. The fake
+NVML answers each call in Python, as the real pynvml binding does around its driver call; the
+driver's own time per call (an ioctl) is not in these figures and needs a GPU node
+(tests/test_exporter_gpu.py records a real node).
 Transport: the same registry served over HTTP, over TLS, over TLS with basic auth, and with a
 client certificate required too; the server's CPU per scrape (this process; the scraping
 client runs in a child process, a new connection per scrape as Prometheus' short-lived
@@ -11,7 +18,7 @@ exporters see it). No target: the TLS handshake is the price of not publishing w
 Memory: resident set of a real `python -m exporters --fake` and `sing exporter --fake` process
 after some scrapes. Target: under 60 MB (dcgm-exporter users report 70-150 MB).
 
-Run: .venv/bin/python bench/bench_exporter.py
+Run: .venv/bin/python bench/bench_exporter.py   (--health: only the health comparison)
 """
 
 from __future__ import annotations
@@ -49,12 +56,17 @@ SCRAPES = 300
 ROUNDS = 5  # alternating rounds, best of each kept: the dev box is shared and noisy
 
 
-def exporter_registry(root: Path) -> CollectorRegistry:
+def exporter_registry(root: Path, health: bool = True) -> CollectorRegistry:
     nvml = FakeNvml(load_description(None), node="bench")
     world = FakeWorld(root, nvml)
     world.sync()  # a static tree: the bench times the exporter's reads, not the fake's writes
     collector = NodeCollector(
-        nvml, str(world.sysfs_root), str(world.proc_root), str(world.mapping_dir), 0.0
+        nvml,
+        str(world.sysfs_root),
+        str(world.proc_root),
+        str(world.mapping_dir),
+        0.0,
+        health=health,
     )
     return node_registry(collector, process_metrics=False)
 
@@ -168,6 +180,37 @@ def auth_check_us() -> tuple[float, float]:
     return first * 1e6, (time.process_time() - started) / 10_000 * 1e6
 
 
+def series_of(registry: CollectorRegistry) -> int:
+    page = generate_latest(registry).decode()
+    return sum(len(f.samples) for f in text_string_to_metric_families(page))
+
+
+def health_cost() -> None:
+    """CPU per scrape with and without the health readings, side by side."""
+    with tempfile.TemporaryDirectory() as tmp:
+        on = exporter_registry(Path(tmp) / "on", health=True)
+        off = exporter_registry(Path(tmp) / "off", health=False)
+        rounds = [(per_scrape(on), per_scrape(off)) for _ in range(ROUNDS)]
+        on_cpu, on_wall = (min(r[0][i] for r in rounds) for i in (0, 1))
+        off_cpu, off_wall = (min(r[1][i] for r in rounds) for i in (0, 1))
+        on_series, off_series = series_of(on), series_of(off)
+        pki = make_pki(Path(tmp) / "pki")
+        served = [
+            (served_cpu(on, pki, "on", {}), served_cpu(off, pki, "off", {})) for _ in range(3)
+        ]
+        on_served, off_served = (min(r[i] for r in served) for i in (0, 1))
+    print(f"\nhealth readings, 8 GPUs (fake NVML), {SCRAPES} scrapes, best of {ROUNDS} rounds; "
+          f"served: {HTTP_SCRAPES} scrapes over plain HTTP, best of 3")  # fmt: skip
+    print(f"{'':24}{'series':>8}{'CPU ms/scrape':>15}{'wall ms/scrape':>16}{'served CPU ms':>15}")
+    for name, series, cpu, wall, server in (
+        ("health = false", off_series, off_cpu, off_wall, off_served),
+        ("health = true", on_series, on_cpu, on_wall, on_served),
+    ):
+        print(f"{name:24}{series:>8}{cpu * 1e3:>15.3f}{wall * 1e3:>16.3f}{server * 1e3:>15.3f}")
+    print(f"{'added (target <= 20%)':24}{'':>8}{on_cpu / off_cpu - 1:>15.1%}"
+          f"{on_wall / off_wall - 1:>16.1%}{on_served / off_served - 1:>15.1%}")  # fmt: skip
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ours = exporter_registry(Path(tmp))
@@ -201,10 +244,13 @@ def main() -> None:
         ("sing exporter --fake", [*python, "sing.cli", "exporter", "--fake"]),
     ]:
         print(f"RSS {name}: {rss_mb(cmd):.1f} MB (target < 60)")
+    health_cost()
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--client"]:
         client(*sys.argv[2:])
+    elif sys.argv[1:2] == ["--health"]:
+        health_cost()
     else:
         main()

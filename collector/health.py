@@ -54,6 +54,8 @@ def _fixed(name: str) -> Signal:
     return lambda s: name
 
 
+# sing's exporter, then dcgm-exporter's fields (its XID field is the last XID, not a count, and
+# its clock event field a bitmask: neither is taken).
 GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_xid_errors_total": _xid,
     "sing_gpu_ecc_errors_total": _ecc,
@@ -65,11 +67,33 @@ GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_throttle_reason": _one_of("reason", THROTTLE_REASONS, "throttle_{}"),
     "sing_gpu_pcie_replays_total": _fixed("pcie_replays"),
     "sing_gpu_nvlink_errors_total": _one_of("type", NVLINK_ERRORS, "nvlink_{}_errors"),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": _fixed("ecc_corrected_volatile"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": _fixed("ecc_uncorrected_volatile"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": _fixed("ecc_corrected_aggregate"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": _fixed("ecc_uncorrected_aggregate"),
+    "DCGM_FI_DEV_RETIRED_SBE": _fixed("retired_pages_sbe"),
+    "DCGM_FI_DEV_RETIRED_DBE": _fixed("retired_pages_dbe"),
+    "DCGM_FI_DEV_RETIRED_PENDING": _fixed("retired_pages_pending"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": _fixed("row_remap_correctable"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": _fixed("row_remap_uncorrectable"),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": _fixed("row_remap_pending"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": _fixed("row_remap_failed"),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": _fixed("pcie_replays"),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": _fixed("nvlink_crc_errors"),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": _fixed("nvlink_replay_errors"),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": _fixed("nvlink_recovery_errors"),
 }
+# sing's exporter, then node_exporter's InfiniBand collector.
 RDMA_SIGNALS: dict[str, Signal] = {
     "sing_rdma_link_state": _fixed("link_state"),
     "sing_rdma_physical_state": _fixed("physical_state"),
     "sing_rdma_port_errors_total": _one_of("counter", PORT_ERRORS, "{}"),
+    "node_infiniband_state_id": _fixed("link_state"),
+    "node_infiniband_physical_state_id": _fixed("physical_state"),
+    "node_infiniband_link_downed_total": _fixed("link_downed"),
+    "node_infiniband_link_error_recovery_total": _fixed("link_error_recovery"),
+    "node_infiniband_symbol_error_total": _fixed("symbol_error"),
+    "node_infiniband_port_errors_received_total": _fixed("port_rcv_errors"),
 }
 HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(RDMA_SIGNALS)
 
@@ -79,11 +103,13 @@ def add_health(values: HealthValues, s: Sample) -> None:
     if not math.isfinite(s.value):
         return
     if s.name in GPU_SIGNALS:
+        if s.labels.get("GPU_I_ID"):
+            return  # a MIG instance of dcgm-exporter; health is per physical GPU
         signal = GPU_SIGNALS[s.name](s)
         gpu = _label(s, "gpu")
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
-        key = ("gpu", str(int(gpu)), s.labels.get("uuid") or None)
+        key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
     else:
         signal = RDMA_SIGNALS[s.name](s)
         key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)

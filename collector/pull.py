@@ -82,7 +82,7 @@ class PrometheusPull:
         if start > end:
             return self.collector.finish_round(0, 0, 0, started)
         deltas, inventory = self.collector.deltas.copy(), self.collector.inventory.copy()
-        health = self.collector.health.copy()
+        last_health = self.collector.last_health.copy()
         rows = self.collector.new_rows()
         targets, up = 0, 0
         for ts in sorted(by_step):
@@ -114,7 +114,7 @@ class PrometheusPull:
                 self.stored_through[name] = max(self.stored_through[name], end)
         if failed:  # those steps are read again: compute them again from the same state
             self.collector.deltas, self.collector.inventory = deltas, inventory
-            self.collector.health = health
+            self.collector.last_health = last_health
         written = sum(b.num_rows for name, b in batches.items() if name not in failed)
         return self.collector.finish_round(written, targets, up, started)
 

@@ -1,11 +1,12 @@
 """The collector: rounds of scraping (or pulling), job sync and maintenance on one schedule.
 
 Each round reads every target concurrently, turns the readings into rows (jobs stamped, RDMA
-and energy deltas computed, node versions where the inventory changed) and hands one batch per
-table to the buffered writer, so the warehouse sees at most four appends per round whatever the
-number of nodes. Each warehouse append is atomic, so a collector killed at any moment loses at
-most the round in flight; on restart it takes the counters' last values and the nodes' last
-versions from the warehouse and carries on.
+and energy deltas computed, health readings that changed, node versions where the inventory
+changed) and hands one batch per table to the buffered writer, so the warehouse sees at most five
+appends per round whatever the number of nodes. Each warehouse append is atomic, so a collector
+killed at any moment loses at most the round in flight; on restart it takes the counters' last
+values and the nodes' last versions from the warehouse and carries on (health readings start
+over: each series' first reading is written again).
 """
 
 from __future__ import annotations
@@ -73,14 +74,14 @@ class Collector:
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
         self.deltas = seeded_deltas(warehouse, self.cluster)
         self.inventory = load_inventory(warehouse, self.cluster)
-        self.health = LastValues()  # a restart writes each health series' first reading again
+        self.last_health = LastValues()  # a restart writes each health series' first reading again
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
 
     def new_rows(self) -> RoundRows:
-        return RoundRows(self.deltas, self.allocations, self.inventory, self.health)
+        return RoundRows(self.deltas, self.allocations, self.inventory, self.last_health)
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round."""

@@ -27,7 +27,7 @@ GOLDEN = FIXTURES / "golden.prom"
 NOW = 1_800_000_000.0
 
 
-def scrape(nvml, fixtures: Path = FIXTURES) -> str:
+def scrape(nvml, fixtures: Path = FIXTURES, health: bool = True) -> str:
     collector = NodeCollector(
         nvml,
         str(fixtures / "sys"),
@@ -35,6 +35,7 @@ def scrape(nvml, fixtures: Path = FIXTURES) -> str:
         str(fixtures / "gpu-jobs"),
         0.0,
         wall_clock=nvml.clock,
+        health=health,
     )
     return generate_latest(node_registry(collector, process_metrics=False)).decode()
 
@@ -152,17 +153,9 @@ def test_failed_readings_are_left_out(page: str) -> None:
 
 def test_health_readings_can_be_turned_off() -> None:
     """`[exporter] health = false`: none of the health families, the rest unchanged."""
-    nvml = FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW)
-    collector = NodeCollector(
-        nvml,
-        str(FIXTURES / "sys"),
-        str(FIXTURES / "proc"),
-        str(FIXTURES / "gpu-jobs"),
-        0.0,
-        wall_clock=nvml.clock,
-        health=False,
+    text = scrape(
+        FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW), health=False
     )
-    text = generate_latest(node_registry(collector, process_metrics=False)).decode()
     for family in (
         "sing_gpu_retired_pages",
         "sing_gpu_row_remap",

@@ -9,6 +9,8 @@ down once, and checks both the exact rows and that rounds with nothing new add n
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from collector.convert import read_node
 from collector.health import LastValues, health_rows
 from collector.promtext import ParseError, Sample
+from tests.test_collector_pull import ScriptedPrometheus, prometheus, pull_collector  # noqa: F401
 from tests.test_collector_scrape import file_sd_entry, free_port, http_get, running, sing, wait_for
 from warehouse.store import Warehouse
 
@@ -208,8 +211,78 @@ def test_only_known_label_values_name_signals(sample: Sample, signal: str | None
     assert [key[-1] for key in read_node([sample]).health] == ([signal] if signal else [])
 
 
+def test_dcgm_exporter_and_node_exporter_health_series_are_understood() -> None:
+    gpu = {"gpu": "1", "UUID": "GPU-d", "modelName": "NVIDIA A100"}
+    port = {"device": "mlx5_3", "port": "1"}
+    samples = [
+        Sample("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", gpu, 2),
+        Sample("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu, 1),
+        Sample("DCGM_FI_DEV_ROW_REMAP_FAILURE", {**gpu, "GPU_I_ID": "3"}, 1),  # MIG: per GPU
+        Sample("DCGM_FI_DEV_XID_ERRORS", gpu, 79),  # the last XID, not a count: not taken
+        Sample("node_infiniband_link_downed_total", port, 4),
+        Sample("node_infiniband_state_id", port, 4),
+    ]
+    assert read_node(samples).health == {
+        ("gpu", "1", "GPU-d", "ecc_uncorrected_aggregate"): 2,
+        ("gpu", "1", "GPU-d", "row_remap_failed"): 1,
+        ("rdma", "mlx5_3/1", None, "link_downed"): 4,
+        ("rdma", "mlx5_3/1", None, "link_state"): 4,
+    }
+
+
 def test_a_health_series_without_its_labels_is_a_malformed_payload() -> None:
     with pytest.raises(ParseError, match="sing_gpu_row_remap_failed has no 'gpu' label"):
         read_node([Sample("sing_gpu_row_remap_failed", {}, 1)])
     with pytest.raises(ParseError, match="gpu label 'x' is not a number"):
         read_node([Sample("sing_gpu_row_remap_failed", {"gpu": "x"}, 1)])
+
+
+def test_pull_mode_rereads_health_rows_a_failed_write_lost(
+    tmp_path: Path,
+    prometheus: tuple[str, ScriptedPrometheus],  # noqa: F811 - the fixture imported above
+) -> None:
+    """Pull mode: a `health_samples` append that fails is read again with the last values as
+    they were before it, so the change it held is written once, not lost."""
+    url, script = prometheus
+    xid_since = [math.inf]  # node a's GPU reports XID 79 from this scrape time on
+    plain = script.query_range
+
+    def with_xid(params: dict[str, str]) -> dict:
+        data = plain(params)
+        energy = next(
+            s for s in data["result"]
+            if s["metric"]["__name__"] == "sing_gpu_energy_joules_total"
+            and s["metric"]["node"] == "a"
+        )  # fmt: skip
+        values = [
+            [t, "1" if script.newest_sample("a", t) >= xid_since[0] else "0"]
+            for t, _ in energy["values"]
+        ]
+        metric = {**energy["metric"], "__name__": "sing_gpu_xid_errors_total", "xid": "79"}
+        data["result"].append({"metric": metric, "values": values})
+        return data
+
+    script.query_range = with_xid  # type: ignore[method-assign]
+    wh = Warehouse(tmp_path / "wh")
+    pull = pull_collector(wh, url)
+    pull.pull_round()
+    table_dir = wh.root / "health_samples"
+    table_dir.rename(tmp_path / "health-away")  # a real fault: the table's directory is a file
+    table_dir.write_text("not a directory")
+    time.sleep(2.1)
+    now = math.floor(time.time())
+    xid_since[0] = now
+    script.ingested = dict.fromkeys(script.ingested, now)
+    pull.pull_round()
+    table_dir.unlink()
+    (tmp_path / "health-away").rename(table_dir)
+    time.sleep(1.1)
+    script.ingested = dict.fromkeys(script.ingested, math.floor(time.time()))
+    pull.pull_round()
+    rows = (
+        wh.connect()
+        .execute("SELECT node, epoch(ts)::BIGINT, signal, value FROM health_samples ORDER BY 2")
+        .fetchall()
+    )
+    assert [(n, s, v) for n, _, s, v in rows] == [("a", "xid_79", 0.0), ("a", "xid_79", 1.0)]
+    assert rows[1][1] == now
