@@ -49,6 +49,8 @@ IN_WINDOW = """
 # The first day any job of the window can have samples (its earliest start), so the rollup's
 # other days are never read.
 FIRST_DAY_SQL = f"SELECT min(start_time)::DATE FROM jobs WHERE {IN_WINDOW}"
+# The rollups `usage` reads: per job and GPU by day, and per GPU by hour (the carbon series).
+ROLLUPS_READ = ("job_gpu_usage", "gpu_hourly")
 
 JOB_WINDOW_SQL = f"""
 WITH j AS (
@@ -135,13 +137,14 @@ def snapshot(
 ) -> duckdb.DuckDBPyConnection:
     """A connection holding only what `usage` reads: the job, GPU and node records, and the
     GPU rollups from the first day a job of the window started (opening every table's files
-    was most of a month's report). The job records are opened first, to find that day."""
+    was most of a month's report; a view of the raw samples, never read here, a third of a
+    year's snapshot). The job records are opened first, to find that day."""
     params = {**_window(since, until, now), "cluster": None, "account": None}
     con = warehouse.connect({"jobs": None})
     try:
         ((first,),) = con.sql(FIRST_DAY_SQL, params=params).fetchall()
-        days = {"job_gpus": None, "nodes": None, "gpu_samples": first or params["since"].date()}
-        warehouse.add_views(con, days)
+        warehouse.add_views(con, {"job_gpus": None, "nodes": None})
+        warehouse.add_rollup_views(con, ROLLUPS_READ, first or params["since"].date())
     except BaseException:
         con.close()
         raise
