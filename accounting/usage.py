@@ -49,6 +49,8 @@ IN_WINDOW = """
 # The first day any job of the window can have samples (its earliest start), so the rollup's
 # other days are never read.
 FIRST_DAY_SQL = f"SELECT min(start_time)::DATE FROM jobs WHERE {IN_WINDOW}"
+# The rollups `usage` reads: per job and GPU by day, and per GPU by hour (the carbon series).
+ROLLUPS_READ = ("job_gpu_usage", "gpu_hourly")
 
 JOB_WINDOW_SQL = f"""
 WITH j AS (
@@ -59,37 +61,51 @@ WITH j AS (
            epoch(start_time - submit_time) AS wait_s
     FROM jobs
     WHERE {IN_WINDOW}
-), gpu_days AS (
-    -- Energy per GPU and day; the GPU's first sample in the job has a delta that reaches back
-    -- before the job, so it is left out (on the job's first day, whatever the window).
-    SELECT cluster, job_id, day, samples, util_sum, idle_samples,
+), rows AS (
+    -- The window's jobs' rows of the GPU rollup. A day the window covers whole counts whole;
+    -- the (at most two) days it cuts keep their day in `cut_day`, to be weighed per job below.
+    SELECT cluster, job_id, node, gpu_index, day, first_ts, samples, util_sum, idle_samples,
            CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
-                ELSE energy_max_j - energy_min_j END
-           - CASE WHEN energy_delta_samples > 0
-                   AND first_ts = min(first_ts) OVER (PARTITION BY cluster, job_id, node, gpu_index)
-                  THEN coalesce(first_energy_delta_j, 0) ELSE 0 END AS energy_j
+                ELSE energy_max_j - energy_min_j END AS energy_j,
+           CASE WHEN energy_delta_samples > 0 THEN first_energy_delta_j END AS first_delta_j,
+           CASE WHEN day >= $since AND day + INTERVAL 1 DAY <= $until THEN NULL
+                ELSE day::TIMESTAMPTZ END AS cut_day
     FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage
           -- literal day bounds: only a constant prunes the day partitions
           WHERE day >= {{first_day}} AND day <= {{last_day}})
     SEMI JOIN j USING (cluster, job_id)
+), firsts AS (
+    -- Each GPU's first sample in the job has a delta that reaches back before the job, so it
+    -- is left out, on the GPU's first day in the job whatever the window (a grouping, where a
+    -- window function over every row was most of a year's report).
+    SELECT cluster, job_id, arg_min_null(cut_day, first_ts) AS cut_day,
+           arg_min(day, first_ts) AS day,
+           -coalesce(arg_min_null(first_delta_j, first_ts), 0) AS energy_j
+    FROM rows GROUP BY cluster, job_id, node, gpu_index
+), parts AS (
+    SELECT cluster, job_id, cut_day, sum(samples) AS samples, sum(util_sum) AS util_sum,
+           sum(idle_samples) AS idle_samples, sum(energy_j) AS energy_j
+    FROM rows WHERE day >= date_trunc('day', $since) AND day < $until
+    GROUP BY ALL
+    UNION ALL
+    SELECT cluster, job_id, cut_day, 0, 0, 0, sum(energy_j)
+    FROM firsts WHERE day >= date_trunc('day', $since) AND day < $until
+    GROUP BY ALL
 ), days AS (
-    -- The share of each day's figures inside the window: the job's allocated time in the
-    -- window that day over its allocated time that day (1 for days the window covers).
-    SELECT d.cluster, d.job_id, d.samples, d.util_sum, d.idle_samples, d.energy_j,
-           CASE WHEN full_s > 0 THEN greatest(window_s, 0) / full_s
-                ELSE (d.day >= $since AND d.day + INTERVAL 1 DAY <= $until)::INT END AS f
-    FROM (
-        SELECT g.cluster, g.job_id, g.day::TIMESTAMPTZ AS day,
-               sum(samples) AS samples, sum(util_sum) AS util_sum,
-               sum(idle_samples) AS idle_samples, sum(energy_j) AS energy_j
-        FROM gpu_days g
-        WHERE g.day >= date_trunc('day', $since) AND g.day < $until
-        GROUP BY ALL
-    ) d JOIN j USING (cluster, job_id),
+    -- The share of a cut day's figures inside the window: the job's allocated time in the
+    -- window that day over its allocated time that day.
+    SELECT p.cluster, p.job_id, sum(p.samples) AS samples, sum(p.util_sum) AS util_sum,
+           sum(p.idle_samples) AS idle_samples, sum(p.energy_j) AS energy_j,
+           CASE WHEN p.cut_day IS NULL THEN 1
+                WHEN any_value(full_s) > 0 THEN greatest(any_value(window_s), 0) / any_value(full_s)
+                ELSE (p.cut_day >= $since AND p.cut_day + INTERVAL 1 DAY <= $until)::INT END AS f
+    FROM parts p JOIN j USING (cluster, job_id),
     LATERAL (SELECT
-        epoch(least(j.end_at, d.day + INTERVAL 1 DAY) - greatest(j.start_time, d.day))
+        epoch(least(j.end_at, p.cut_day + INTERVAL 1 DAY) - greatest(j.start_time, p.cut_day))
             AS full_s,
-        epoch(least(j.w_end, d.day + INTERVAL 1 DAY) - greatest(j.w_start, d.day)) AS window_s)
+        epoch(least(j.w_end, p.cut_day + INTERVAL 1 DAY) - greatest(j.w_start, p.cut_day))
+            AS window_s)
+    GROUP BY p.cluster, p.job_id, p.cut_day
 ), measured AS (
     SELECT cluster, job_id,
            sum(f * util_sum) / nullif(sum(f * samples), 0) AS mean_util,
@@ -135,13 +151,14 @@ def snapshot(
 ) -> duckdb.DuckDBPyConnection:
     """A connection holding only what `usage` reads: the job, GPU and node records, and the
     GPU rollups from the first day a job of the window started (opening every table's files
-    was most of a month's report). The job records are opened first, to find that day."""
+    was most of a month's report; a view of the raw samples, never read here, a third of a
+    year's snapshot). The job records are opened first, to find that day."""
     params = {**_window(since, until, now), "cluster": None, "account": None}
     con = warehouse.connect({"jobs": None})
     try:
         ((first,),) = con.sql(FIRST_DAY_SQL, params=params).fetchall()
-        days = {"job_gpus": None, "nodes": None, "gpu_samples": first or params["since"].date()}
-        warehouse.add_views(con, days)
+        warehouse.add_views(con, {"job_gpus": None, "nodes": None})
+        warehouse.add_rollup_views(con, ROLLUPS_READ, first or params["since"].date())
     except BaseException:
         con.close()
         raise

@@ -121,6 +121,18 @@ def test_a_window_that_cuts_days_prorates_them(midnight: Warehouse) -> None:
     assert alice["energy_kwh"] == pytest.approx(11 * STEP_J_100W / KWH)
 
 
+def test_a_window_that_cuts_a_later_day_leaves_out_first_samples_on_the_whole_one(
+    midnight: Warehouse,
+) -> None:
+    """Midnight to 00:30: X's first day whole (2 GPUs x 2 h, 14 steps: the GPUs' first samples
+    left out there) and half of its second (2 x 0.5 h, half of 8 steps): 5 GPU-hours, at mean
+    util 0.25 on both days, and 18 steps of energy."""
+    alice = run(midnight, "user", T0.replace(hour=0), at(14.5))["alice"]
+    assert alice["allocated_gpu_hours"] == pytest.approx(5.0)
+    assert alice["used_gpu_hours"] == pytest.approx(1.25)
+    assert alice["energy_kwh"] == pytest.approx(18 * STEP_J_100W / KWH)
+
+
 def test_charge_units_by_model_weight_and_inventory_version(tmp_path: Path) -> None:
     """a1 has A100s (weight 2), h1 H100s (default 1) until 15:00, H200s (weight 3) after.
 

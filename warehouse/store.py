@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -124,11 +124,32 @@ class Warehouse:
         for name in chosen:
             _create_table_view(con, table(name), [f.path for f in snapshot[name]])
         for rollup in ROLLUPS.values():
-            if rollup.source not in chosen:
-                continue
-            stored, hot = self.rollup_sources(rollup, snapshot[rollup.source])
-            stored = [f for f in stored if _on_or_after(f.day, chosen[rollup.source])]
-            _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
+            if rollup.source in chosen:
+                self._add_rollup_view(con, rollup, snapshot[rollup.source], chosen[rollup.source])
+
+    def add_rollup_views(
+        self, con: duckdb.DuckDBPyConnection, names: Collection[str], first: date | None
+    ) -> None:
+        """Add only the named rollups' views, from day `first` on, not their source tables':
+        a view over a year of raw files reads every file's footer when it is created."""
+        raw: dict[str, list[LiveFile]] = {}
+        for name in names:
+            rollup = ROLLUPS[name]
+            if rollup.source not in raw:
+                live = self.live_files(rollup.source)
+                raw[rollup.source] = [f for f in live if _on_or_after(f.day, first)]
+            self._add_rollup_view(con, rollup, raw[rollup.source], first)
+
+    def _add_rollup_view(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        rollup: Rollup,
+        raw: list[LiveFile],
+        first: date | None,
+    ) -> None:
+        stored, hot = self.rollup_sources(rollup, raw)
+        stored = [f for f in stored if _on_or_after(f.day, first)]
+        _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
 
     def newest_time(self, name: str) -> datetime | None:
         """The newest time in a samples table, from the log's file stats (no data read)."""
