@@ -61,6 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-mapping-dir", help="GPU-to-job files from the Slurm prolog")
     p.add_argument("--cache-seconds", type=float, help="scrapes this close share one reading")
     p.add_argument(
+        "--health-refresh-s",
+        type=float,
+        help="seconds between reads of the GPU's InfoROM health counts (default: 60; 0: each read)",
+    )
+    p.add_argument(
         "--fake",
         nargs="?",
         const="default",
@@ -189,6 +194,7 @@ def _start_node(
         before_read=before_read,
         on_reading=recorder.write if recorder else None,
         health=settings.health,
+        health_refresh_s=settings.health_refresh_s,
     )
     try:
         server = serve(node_registry(collector), settings.listen_address, port, web)

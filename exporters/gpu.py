@@ -122,6 +122,11 @@ class _Device:
     gpm_now: Any = None  # for "from the only sample so far to now"
     event_set: Any = None
     xid_counts: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
+    # The slow health readings (ECC aggregate, retired pages, row remapping), reused between
+    # refreshes: values, errors, and when they were read (monotonic seconds).
+    slow_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    slow_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    slow_read_at: float | None = None
 
 
 class GpuSource:
@@ -129,7 +134,9 @@ class GpuSource:
 
     `clock` is wall-clock seconds, the time base of NVML's sample timestamps. `health` adds the
     health readings (ECC aggregate, retired pages, row remapping, throttle reasons, PCIe
-    replays, NVLink errors; `[exporter] health`); XIDs are always read.
+    replays, NVLink errors; `[exporter] health`); XIDs are always read. The slow ones, counts the
+    GPU keeps in its InfoROM that change a few times in its life, are read again only every
+    `health_refresh_s` seconds (`[exporter] health_refresh_s`; 0: every reading).
     """
 
     def __init__(
@@ -138,11 +145,13 @@ class GpuSource:
         errors: ErrorCounter,
         clock: Callable[[], float] = time.time,
         health: bool = True,
+        health_refresh_s: float = 60.0,
     ) -> None:
         self.nvml = nvml
         self.errors = errors
         self.clock = clock
         self.health = health
+        self.health_refresh_s = health_refresh_s
         self._readers = _READERS + _HEALTH_READERS if health else _READERS
         self._devices: list[_Device] | None = None
         self._lock = threading.Lock()  # reads and the sampling thread share the GPM samples
@@ -265,16 +274,36 @@ class GpuSource:
         if uuid is None:  # without its UUID a GPU has no key; a lost GPU stops here
             return None
         reading = GpuReading(d.index, uuid)
-        for name, reader in self._readers:
+        lost = self._read_into(reading.values, reading.errors, d, self._readers)
+        if self.health and not lost:
+            now = time.monotonic()
+            if d.slow_read_at is None or now - d.slow_read_at >= self.health_refresh_s:
+                d.slow_values, d.slow_errors = {}, {}
+                self._read_into(d.slow_values, d.slow_errors, d, _SLOW_HEALTH_READERS)
+                d.slow_read_at = now
+            reading.values.update(d.slow_values)
+            reading.errors.update(d.slow_errors)
+        return reading
+
+    def _read_into(
+        self,
+        values: dict[str, Any],
+        errors: dict[str, str],
+        d: _Device,
+        readers: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...],
+    ) -> bool:
+        """Run `readers` on the GPU into `values`, a failed one's error kind into `errors`;
+        True when the GPU is lost (the remaining readers are not tried)."""
+        for name, reader in readers:
             try:
-                reading.values.update(reader(self, d))
+                values.update(reader(self, d))
             except pynvml.NVMLError as err:
                 kind = nvml_error_kind(err)
-                reading.errors[name] = kind
+                errors[name] = kind
                 self.errors.count("nvml", kind)
                 if err.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                    break
-        return reading
+                    return True
+        return False
 
     # One reader per NVML query; each returns values in SI units.
 
@@ -500,11 +529,14 @@ _READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...]
 )
 # Read only with health readings on; NVLink error totals ride in the field values request.
 _HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
+    ("throttle", GpuSource._throttle),
+    ("pcie_replays", GpuSource._pcie_replays),
+)
+# Health readings kept in the GPU's InfoROM, read every `health_refresh_s` (not every scrape).
+_SLOW_HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
     ("ecc_aggregate", GpuSource._ecc_aggregate),
     ("retired_pages", GpuSource._retired_pages),
     ("row_remap", GpuSource._row_remap),
-    ("throttle", GpuSource._throttle),
-    ("pcie_replays", GpuSource._pcie_replays),
 )
 
 # value key -> (metric name, help); gauges then counters, all labelled gpu and uuid.

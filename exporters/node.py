@@ -40,9 +40,10 @@ class NodeCollector:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         health: bool = True,
+        health_refresh_s: float = 60.0,
     ) -> None:
         self.errors = ErrorCounter()
-        self.gpus = GpuSource(nvml, self.errors, wall_clock, health)
+        self.gpus = GpuSource(nvml, self.errors, wall_clock, health, health_refresh_s)
         self.rdma = RdmaSource(sysfs_root, self.errors)
         self.jobs = JobSource(proc_root, job_mapping_dir, self.errors)
         self.cache_seconds = cache_seconds

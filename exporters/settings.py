@@ -26,3 +26,6 @@ class ExporterSettings:
     # GPU health readings (ECC aggregate, retired pages, row remapping, throttle reasons, PCIe
     # replays, NVLink errors; docs/health.md); off saves their NVML calls. XIDs are always read.
     health: bool = True
+    # The health readings the GPU keeps in its InfoROM (ECC aggregate, retired pages, row
+    # remapping) change a few times in its life: read them this often, not every scrape.
+    health_refresh_s: float = 60.0

@@ -13,6 +13,7 @@ Regenerate after an intended change with SING_UPDATE_GOLDEN=1 and review the dif
 
 from __future__ import annotations
 
+import collections
 import os
 from pathlib import Path
 
@@ -210,3 +211,52 @@ def test_exporter_keeps_serving_when_nvml_is_gone(tmp_path: Path) -> None:
     assert "sing_gpu_" not in text
     assert 'sing_rdma_transmit_bytes_total{device="mlx5_0",port="1"} 4e+06' in text
     assert 'sing_exporter_errors_total{kind="driver_not_loaded",source="nvml"} 2.0' in text
+
+
+class CountingNvml:
+    """The fake NVML, counting the calls made of it by name."""
+
+    def __init__(self, nvml: FakeNvml) -> None:
+        self.nvml = nvml
+        self.clock = nvml.clock
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.nvml, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize(("refresh_s", "remap_calls"), [(60.0, [4, 4, 4]), (0.0, [4, 8, 12])])
+def test_inforom_health_counts_are_read_once_per_refresh(
+    refresh_s: float, remap_calls: list[int]
+) -> None:
+    """Three scrapes in a row: the row remapping counts are asked of each GPU that answers
+    (0, 1, 2 and 4; 3 fell off the bus) once within `health_refresh_s`, and every scrape still
+    shows them; the PCIe replay counter is asked every scrape."""
+    nvml = CountingNvml(FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW))
+    collector = NodeCollector(
+        nvml,
+        str(FIXTURES / "sys"),
+        str(FIXTURES / "proc"),
+        str(FIXTURES / "gpu-jobs"),
+        0.0,
+        wall_clock=nvml.clock,
+        health_refresh_s=refresh_s,
+    )
+    registry = node_registry(collector, process_metrics=False)
+    pages, calls = [], []
+    for _ in range(3):
+        pages.append(generate_latest(registry).decode())
+        calls.append(collections.Counter(nvml.calls))
+    assert [c["nvmlDeviceGetRemappedRows"] for c in calls] == remap_calls
+    assert [c["nvmlDeviceGetPcieReplayCounter"] for c in calls] == [4, 8, 12]
+    for page in pages:
+        assert 'sing_gpu_row_remap_failed{gpu="0"' in page
+        assert 'counter="aggregate",gpu="0",type="uncorrected"' in page

@@ -77,6 +77,7 @@ def node(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     argv = sing(
         "exporter", "--fake", str(tmp_path / "node.yaml"), "--fake-state", str(state),
         "--fake-root", str(tmp_path / "root"), f"--node=gpu01:{port}", "--cache-seconds=0.05",
+        "--health-refresh-s=0",
     )  # fmt: skip
     with running(argv, tmp_path / "exporter.log"):
         wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics"), what="exporter")
