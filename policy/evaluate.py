@@ -28,6 +28,7 @@ from policy.rules import (
     Rule,
 )
 from warehouse.analytics import HOME_CLUSTER, numeric_job_order
+from warehouse.delta import LiveFile
 from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
 from warehouse.schema import table
 from warehouse.sql import source_sql, sql_list
@@ -78,16 +79,21 @@ def _samples_sql(edges: int) -> str:
 
 
 def _earlier_days(
-    warehouse: Warehouse, con: duckdb.DuckDBPyConnection, first: date, today: date
+    warehouse: Warehouse,
+    con: duckdb.DuckDBPyConnection,
+    samples: list[LiveFile],
+    first: date,
+    today: date,
 ) -> None:
     """View `earlier_gpu_usage`: the per-GPU sums of the days from `first` to before `today`,
-    from their stored rollups, or their raw samples where a day is not rolled up yet. Today's
-    samples are the round's own pass (`_samples_sql`), so they are never aggregated twice."""
+    from their stored rollups, or their raw samples (of the live `samples` files) where a day
+    is not rolled up yet. Today's samples are the round's own pass (`_samples_sql`), so they
+    are never aggregated twice."""
     rollup = ROLLUPS["job_gpu_usage"]
     stored: list[Path] = []
     hot: list[Path] = []
     if first < today:
-        raw = [f for f in warehouse.live_files(rollup.source) if f.day and first <= f.day < today]
+        raw = [f for f in samples if f.day and first <= f.day < today]
         rolled, live = warehouse.rollup_sources(rollup, raw)
         stored = [f.path for f in rolled if f.day and first <= f.day < today]
         hot = [f.path for f in live]
@@ -268,15 +274,16 @@ def open_round(
             for rule in rules
         ]
         samples_from = min(starts, default=now).astimezone(UTC).date()
-        warehouse.add_views(
+        live = warehouse.add_views(
             con,
             {
                 "gpu_samples": samples_from,
                 "rdma_samples": samples_from,
                 "policy_events": min(history_from, first_start.astimezone(UTC).date()),
             },
+            rollups=("job_rdma_usage",),  # the GPU figures' own view: `_earlier_days`
         )
-        _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+        _earlier_days(warehouse, con, live["gpu_samples"], samples_from, now.astimezone(UTC).date())
     except BaseException:
         con.close()
         raise

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -112,10 +112,15 @@ class Warehouse:
         return con
 
     def add_views(
-        self, con: duckdb.DuckDBPyConnection, days_from: Mapping[str, date | None]
-    ) -> None:
+        self,
+        con: duckdb.DuckDBPyConnection,
+        days_from: Mapping[str, date | None],
+        rollups: Collection[str] | None = None,
+    ) -> dict[str, list[LiveFile]]:
         """Add `connect`'s views of more tables to an open connection: a reader that learns
-        from one table which days of another it needs keeps one connection."""
+        from one table which days of another it needs keeps one connection. `rollups` names
+        the rollup views wanted (default: all of the chosen tables'): each costs a listing.
+        Returns the live files each table's view reads."""
         chosen = dict(days_from)
         snapshot = {
             name: [f for f in self.live_files(name) if _on_or_after(f.day, first)]
@@ -124,11 +129,12 @@ class Warehouse:
         for name in chosen:
             _create_table_view(con, table(name), [f.path for f in snapshot[name]])
         for rollup in ROLLUPS.values():
-            if rollup.source not in chosen:
+            if rollup.source not in chosen or (rollups is not None and rollup.name not in rollups):
                 continue
             stored, hot = self.rollup_sources(rollup, snapshot[rollup.source])
             stored = [f for f in stored if _on_or_after(f.day, chosen[rollup.source])]
             _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
+        return snapshot
 
     def newest_time(self, name: str) -> datetime | None:
         """The newest time in a samples table, from the log's file stats (no data read)."""
