@@ -313,6 +313,7 @@ class Evaluator:
         starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
         self.windows = sorted(start for start in starts if start >= self.today)
         self._spans: dict[datetime | None, tuple[str, str]] = {}
+        self._figure_tables: dict[tuple[datetime | None, float], str] = {}
         self._today_pass: str | None = None
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
         # (job, rule) pairs the trail remembers: their ladders may need a step while fine
@@ -325,8 +326,8 @@ class Evaluator:
         """The rule's verdict on each running job it applies to; with `remembered_only`, only
         on those it does not find fine or whose (job, rule) the trail remembers."""
         since_start = _since_start(rule)
-        gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
-        sql = verdict_sql(figures_sql(gpu, rdma))
+        figures = self._figures(None if since_start else rule.window_start(self.now), rule)
+        sql = verdict_sql(f"FROM {figures}")  # the table keeps figures_sql's order
         rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
         verdicts = []
         for job in rel.to_arrow_table().to_pylist():
@@ -339,7 +340,6 @@ class Evaluator:
         interactive_s = rule.exempt_interactive_hours * 3600
         return {
             "now": self.now,
-            "threshold": rule.threshold,
             "rule": rule.name,
             "kind": rule.kind,
             "multinode": rule.kind == MULTINODE_IDLE,
@@ -369,6 +369,18 @@ class Evaluator:
             ).fetchall()
         ]
         return [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
+
+    def _figures(self, window_from: datetime | None, rule: Rule) -> str:
+        """Temp table of the running jobs' figures from `window_from` (None: each job's start)
+        under the rule's threshold, made once for the rules that share both."""
+        key = (window_from, rule.threshold)
+        if key not in self._figure_tables:
+            name = f"figures_{len(self._figure_tables)}"
+            gpu, rdma = self._span(window_from)
+            params = {"now": self.now, "threshold": rule.threshold}
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {figures_sql(gpu, rdma)}", params)
+            self._figure_tables[key] = name
+        return self._figure_tables[key]
 
     def _span(self, window_from: datetime | None) -> tuple[str, str]:
         """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each
