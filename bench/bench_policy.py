@@ -317,6 +317,8 @@ def main() -> int:
     )  # fmt: skip
     r = json.loads(child.stdout)
     print(f"rules: {', '.join(SETTINGS.rules)}; dry run; now = {NOW:%Y-%m-%d %H:%M} UTC")
+    # The wall times hold whatever else the machine ran; the load says how much that was.
+    print(f"load average after the rounds: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"one round decided: {r['actions']}\n")
     print(f"{'measure':<32} {'figure':>10} {'target':>10}  verdict")
     rows = [

@@ -21,6 +21,10 @@ from warehouse.store import Warehouse
 
 EVALUATION, MESSAGE, ACTION = "evaluation", "message", "action"
 
+# An event's `detail` as the trail stores it: JSON, keys sorted, anything else (times) as text.
+# One encoder for every event: `json.dumps` with options builds a new one per call.
+DETAIL_JSON = json.JSONEncoder(sort_keys=True, default=str)
+
 
 def actor(command: str) -> str:
     """Who acts: the command and the host it runs on, e.g. 'sing policy run@head1'."""
@@ -54,7 +58,7 @@ def record(warehouse: Warehouse, events: list[Event]) -> int:
         return 0
     # Column by column: a round writes thousands of events, and a dict per row costs twice.
     columns = {f.name: [getattr(e, f.name) for e in events] for f in fields(Event)}
-    columns["detail"] = [json.dumps(e.detail, sort_keys=True, default=str) for e in events]
+    columns["detail"] = [DETAIL_JSON.encode(e.detail) for e in events]
     rows = pa.Table.from_pydict(columns, table("policy_events").schema)
     return warehouse.append("policy_events", rows)
 

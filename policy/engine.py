@@ -7,7 +7,10 @@ whether the job still runs as the same run (same start time): the warehouse can 
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -85,7 +88,10 @@ class Engine:
         """Every (job, rule) step this round would take; nothing is sent, done or recorded.
         Without `fine_jobs`, a job a rule finds fine gets a decision only when the trail
         remembers the pair (a ladder to end, a verdict to change): what a round needs."""
-        now = now or datetime.now(UTC)
+        with collector_paused():
+            return self._decide(now or datetime.now(UTC), fine_jobs)
+
+    def _decide(self, now: datetime, fine_jobs: bool) -> list[Decision]:
         period = timedelta(seconds=self.settings.user_message_period_s)
         con = open_round(self.warehouse, self.rules, now, (now - period).date())
         try:
@@ -107,10 +113,11 @@ class Engine:
         """One round: decide, then send, cancel and record every outcome in one commit. Jobs
         that are fine and that the trail does not remember are left out: nothing to do."""
         now = now or datetime.now(UTC)
-        decisions = self.decide(now, fine_jobs=False)
-        live = self._live() if any(d.action == CANCEL for d in decisions) else None
-        events = [e for d in decisions for e in self._act(d, now, live)]
-        record(self.warehouse, events)
+        with collector_paused():
+            decisions = self.decide(now, fine_jobs=False)
+            live = self._live() if any(d.action == CANCEL for d in decisions) else None
+            events = [e for d in decisions for e in self._act(d, now, live)]
+            record(self.warehouse, events)
         return Round(decisions, events)
 
     def _gone(
@@ -270,6 +277,22 @@ class Engine:
             detail=detail,
             **fields,
         )
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection during a round. A round over 10,000 jobs makes some 100,000
+    short-lived dicts and lists (verdict rows, decisions, events) and no reference cycles; they
+    only triggered the collector, which then traced them and every imported module's objects
+    again and again (about 0.3 s of CPU, a sixth of the round). Reference counting still frees
+    everything at once; the collector resumes as it was when the round ends."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def executor_kind(executor: Executor) -> str:

@@ -28,6 +28,7 @@ from policy.rules import (
     Rule,
 )
 from warehouse.analytics import HOME_CLUSTER, numeric_job_order
+from warehouse.delta import LiveFile
 from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
 from warehouse.schema import table
 from warehouse.sql import source_sql, sql_list
@@ -78,16 +79,21 @@ def _samples_sql(edges: int) -> str:
 
 
 def _earlier_days(
-    warehouse: Warehouse, con: duckdb.DuckDBPyConnection, first: date, today: date
+    warehouse: Warehouse,
+    con: duckdb.DuckDBPyConnection,
+    samples: list[LiveFile],
+    first: date,
+    today: date,
 ) -> None:
     """View `earlier_gpu_usage`: the per-GPU sums of the days from `first` to before `today`,
-    from their stored rollups, or their raw samples where a day is not rolled up yet. Today's
-    samples are the round's own pass (`_samples_sql`), so they are never aggregated twice."""
+    from their stored rollups, or their raw samples (of the live `samples` files) where a day
+    is not rolled up yet. Today's samples are the round's own pass (`_samples_sql`), so they
+    are never aggregated twice."""
     rollup = ROLLUPS["job_gpu_usage"]
     stored: list[Path] = []
     hot: list[Path] = []
     if first < today:
-        raw = [f for f in warehouse.live_files(rollup.source) if f.day and first <= f.day < today]
+        raw = [f for f in samples if f.day and first <= f.day < today]
         rolled, live = warehouse.rollup_sources(rollup, raw)
         stored = [f.path for f in rolled if f.day and first <= f.day < today]
         hot = [f.path for f in live]
@@ -268,15 +274,16 @@ def open_round(
             for rule in rules
         ]
         samples_from = min(starts, default=now).astimezone(UTC).date()
-        warehouse.add_views(
+        live = warehouse.add_views(
             con,
             {
                 "gpu_samples": samples_from,
                 "rdma_samples": samples_from,
                 "policy_events": min(history_from, first_start.astimezone(UTC).date()),
             },
+            rollups=("job_rdma_usage",),  # the GPU figures' own view: `_earlier_days`
         )
-        _earlier_days(warehouse, con, samples_from, now.astimezone(UTC).date())
+        _earlier_days(warehouse, con, live["gpu_samples"], samples_from, now.astimezone(UTC).date())
     except BaseException:
         con.close()
         raise
@@ -306,6 +313,7 @@ class Evaluator:
         starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
         self.windows = sorted(start for start in starts if start >= self.today)
         self._spans: dict[datetime | None, tuple[str, str]] = {}
+        self._figure_tables: dict[tuple[datetime | None, float], str] = {}
         self._today_pass: str | None = None
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
         # (job, rule) pairs the trail remembers: their ladders may need a step while fine
@@ -318,8 +326,8 @@ class Evaluator:
         """The rule's verdict on each running job it applies to; with `remembered_only`, only
         on those it does not find fine or whose (job, rule) the trail remembers."""
         since_start = _since_start(rule)
-        gpu, rdma = self._span(None if since_start else rule.window_start(self.now))
-        sql = verdict_sql(figures_sql(gpu, rdma))
+        figures = self._figures(None if since_start else rule.window_start(self.now), rule)
+        sql = verdict_sql(f"FROM {figures}")  # the table keeps figures_sql's order
         rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
         verdicts = []
         for job in rel.to_arrow_table().to_pylist():
@@ -332,7 +340,6 @@ class Evaluator:
         interactive_s = rule.exempt_interactive_hours * 3600
         return {
             "now": self.now,
-            "threshold": rule.threshold,
             "rule": rule.name,
             "kind": rule.kind,
             "multinode": rule.kind == MULTINODE_IDLE,
@@ -362,6 +369,18 @@ class Evaluator:
             ).fetchall()
         ]
         return [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
+
+    def _figures(self, window_from: datetime | None, rule: Rule) -> str:
+        """Temp table of the running jobs' figures from `window_from` (None: each job's start)
+        under the rule's threshold, made once for the rules that share both."""
+        key = (window_from, rule.threshold)
+        if key not in self._figure_tables:
+            name = f"figures_{len(self._figure_tables)}"
+            gpu, rdma = self._span(window_from)
+            params = {"now": self.now, "threshold": rule.threshold}
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {figures_sql(gpu, rdma)}", params)
+            self._figure_tables[key] = name
+        return self._figure_tables[key]
 
     def _span(self, window_from: datetime | None) -> tuple[str, str]:
         """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each

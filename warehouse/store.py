@@ -112,10 +112,15 @@ class Warehouse:
         return con
 
     def add_views(
-        self, con: duckdb.DuckDBPyConnection, days_from: Mapping[str, date | None]
-    ) -> None:
+        self,
+        con: duckdb.DuckDBPyConnection,
+        days_from: Mapping[str, date | None],
+        rollups: Collection[str] | None = None,
+    ) -> dict[str, list[LiveFile]]:
         """Add `connect`'s views of more tables to an open connection: a reader that learns
-        from one table which days of another it needs keeps one connection."""
+        from one table which days of another it needs keeps one connection. `rollups` names
+        the rollup views wanted (default: all of the chosen tables'): each costs a listing.
+        Returns the live files each table's view reads."""
         chosen = dict(days_from)
         snapshot = {
             name: [f for f in self.live_files(name) if _on_or_after(f.day, first)]
@@ -124,8 +129,9 @@ class Warehouse:
         for name in chosen:
             _create_table_view(con, table(name), [f.path for f in snapshot[name]])
         for rollup in ROLLUPS.values():
-            if rollup.source in chosen:
+            if rollup.source in chosen and (rollups is None or rollup.name in rollups):
                 self._add_rollup_view(con, rollup, snapshot[rollup.source], chosen[rollup.source])
+        return snapshot
 
     def add_rollup_views(
         self, con: duckdb.DuckDBPyConnection, names: Collection[str], first: date | None
