@@ -25,7 +25,9 @@ ECC_TYPES = {"corrected", "uncorrected"}
 ECC_COUNTERS = {"volatile", "aggregate"}
 RETIREMENT_CAUSES = {"sbe", "dbe"}
 REMAP_TYPES = {"correctable", "uncorrectable"}
-THROTTLE_REASONS = {"hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"}
+# The bits of NVML's clock event (throttle) reason mask that mean hardware trouble (nvml.h's
+# nvmlClocksEventReason*); the others (idle, power cap, application clocks) are a healthy GPU's.
+THROTTLE_BITS = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
 NVLINK_ERRORS = {"crc", "replay", "recovery"}
 # The InfiniBand error counters (sysfs file names) that are health signals.
 PORT_ERRORS = {"link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors"}
@@ -54,8 +56,8 @@ def _fixed(name: str) -> Signal:
     return lambda s: name
 
 
-# sing's exporter, then dcgm-exporter's fields (its XID field is the last XID, not a count, and
-# its clock event field a bitmask: neither is taken).
+# sing's exporter, then dcgm-exporter's fields (its XID field is the last XID, not a count: not
+# taken).
 GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_xid_errors_total": _xid,
     "sing_gpu_ecc_errors_total": _ecc,
@@ -64,7 +66,6 @@ GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_row_remap_rows": _one_of("type", REMAP_TYPES, "row_remap_{}"),
     "sing_gpu_row_remap_pending": _fixed("row_remap_pending"),
     "sing_gpu_row_remap_failed": _fixed("row_remap_failed"),
-    "sing_gpu_throttle_reason": _one_of("reason", THROTTLE_REASONS, "throttle_{}"),
     "sing_gpu_pcie_replays_total": _fixed("pcie_replays"),
     "sing_gpu_nvlink_errors_total": _one_of("type", NVLINK_ERRORS, "nvlink_{}_errors"),
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": _fixed("ecc_corrected_volatile"),
@@ -95,21 +96,31 @@ RDMA_SIGNALS: dict[str, Signal] = {
     "node_infiniband_symbol_error_total": _fixed("symbol_error"),
     "node_infiniband_port_errors_received_total": _fixed("port_rcv_errors"),
 }
-HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(RDMA_SIGNALS)
+# Bitmasks: one GPU series, a flag signal per bit.
+GPU_BITMASKS: dict[str, dict[str, int]] = {
+    "sing_gpu_clock_event_reasons": THROTTLE_BITS,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": THROTTLE_BITS,
+}
+HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(GPU_BITMASKS) | frozenset(RDMA_SIGNALS)
 
 
 def add_health(values: HealthValues, s: Sample) -> None:
     """Fold one sample of a HEALTH_METRICS series into a node's health values."""
     if not math.isfinite(s.value):
         return
-    if s.name in GPU_SIGNALS:
+    if s.name in GPU_SIGNALS or s.name in GPU_BITMASKS:
         if s.labels.get("GPU_I_ID"):
             return  # a MIG instance of dcgm-exporter; health is per physical GPU
-        signal = GPU_SIGNALS[s.name](s)
         gpu = _label(s, "gpu")
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
         key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
+        if s.name in GPU_BITMASKS:
+            mask = int(s.value)
+            for name, bit in GPU_BITMASKS[s.name].items():
+                values[(*key, f"throttle_{name}")] = float(bool(mask & bit))
+            return
+        signal = GPU_SIGNALS[s.name](s)
     else:
         signal = RDMA_SIGNALS[s.name](s)
         key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)

@@ -502,14 +502,17 @@ class FakeNvml:
         return values[0], values[1], values[2], values[3]
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeHandle) -> int:  # noqa: N802
-        """The mask of the `throttle_*` flags set; `errors: {clocks_event_reasons:
-        function_not_found}` models a driver before 535, which has only the older name."""
+        """`clock_event_reasons` (a whole mask, as recordings hold it), else the mask of the
+        `throttle_*` flags set; `errors: {clocks_event_reasons: function_not_found}` models a
+        driver before 535, which has only the older name."""
         self._value(h, "uuid", "clocks_event_reasons")
         return self.nvmlDeviceGetCurrentClocksThrottleReasons(h)
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeHandle) -> int:  # noqa: N802
         self._value(h, "uuid", "throttle")  # raises the injected error, if any
         state = self.gpu_state(h.index)
+        if state.get("clock_event_reasons") is not None:
+            return int(state["clock_event_reasons"])
         if all(state.get(key) is None for key in CLOCK_EVENT_BITS):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return sum(bit for key, bit in CLOCK_EVENT_BITS.items() if state.get(key))

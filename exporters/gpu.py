@@ -61,20 +61,12 @@ NVLINK_COUNTERS = (
 NVLINK_UNIT_BYTES = 1024
 # NVLink error counters, each NVML's own total over the GPU's links (one field, scope 0): one
 # batched request instead of nvmlDeviceGetNvLinkErrorCounter per link and kind (54 calls per
-# H100), which would cost more than every other reading together. Read only with NVLinks.
+# H100), which would cost more than every other reading together. Asked only of NVLinked GPUs.
 NVLINK_ERROR_COUNTERS = (
     (pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "nvlink_crc_errors"),
     (pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, "nvlink_replay_errors"),
     (pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, "nvlink_recovery_errors"),
 )
-# The clock event (throttle) reasons that mean hardware trouble, by bit; the others (idle,
-# power cap, application clocks, sync boost) are how a healthy GPU runs.
-THROTTLE_REASONS = {
-    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
-    "hw_thermal": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
-    "sw_thermal": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
-    "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
-}
 ECC_ERROR_TYPES = {
     "corrected": pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
     "uncorrected": pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
@@ -195,8 +187,7 @@ class GpuSource:
         return True
 
     def _start_fields(self, d: _Device) -> None:
-        """The field values one scrape asks for: PCIe, NVLink bytes per active link, and with
-        health readings the NVLink error totals."""
+        """The field values one scrape asks for: PCIe, and NVLink bytes per active link."""
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
                 state = self.nvml.nvmlDeviceGetNvLinkState(d.handle, link)
@@ -206,8 +197,6 @@ class GpuSource:
                 d.nvlinks.append(link)
         requests = [(field, 0, key) for field, key in PCIE_COUNTERS]
         requests += [(field, link, key) for field, key in NVLINK_COUNTERS for link in d.nvlinks]
-        if self.health and d.nvlinks:
-            requests += [(field, 0, key) for field, key in NVLINK_ERROR_COUNTERS]
         d.fields = [(field, scope) for field, scope, _ in requests]
         d.field_keys = [key for _, _, key in requests]
 
@@ -399,20 +388,34 @@ class GpuSource:
         }
 
     def _throttle(self, d: _Device) -> dict[str, Any]:
-        """The clock event reasons that mean trouble, as flags; drivers before 535 only have
-        the older name of the same call."""
+        """The clock event (throttle) reasons, NVML's bitmask as it is: one series per GPU,
+        where a flag per reason would cost a series each (the collector splits out the bits
+        that mean hardware trouble). Drivers before 535 only have the older name of the call."""
         try:
             reasons = self.nvml.nvmlDeviceGetCurrentClocksEventReasons(d.handle)
         except pynvml.NVMLError as err:
             if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
                 raise
             reasons = self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
-        return {
-            f"throttle_{name}": int(bool(reasons & bit)) for name, bit in THROTTLE_REASONS.items()
-        }
+        return {"clock_event_reasons": int(reasons)}
 
     def _pcie_replays(self, d: _Device) -> dict[str, Any]:
         return {"pcie_replays": self.nvml.nvmlDeviceGetPcieReplayCounter(d.handle)}
+
+    def _nvlink_errors(self, d: _Device) -> dict[str, Any]:
+        """NVLink error totals over the GPU's links, NVML's own sums (one field each, scope 0),
+        asked only of a GPU with NVLinks; a failed field is left out and counted."""
+        if not d.nvlinks:
+            return {}
+        requests = [(field, 0) for field, _ in NVLINK_ERROR_COUNTERS]
+        values: dict[str, Any] = {}
+        fields = self.nvml.nvmlDeviceGetFieldValues(d.handle, requests)
+        for field, (_, key) in zip(fields, NVLINK_ERROR_COUNTERS, strict=True):
+            if field.nvmlReturn == pynvml.NVML_SUCCESS:
+                values[key] = union_value(field.value, field.valueType)
+            else:
+                self.errors.count("nvml", nvml_error_kind(pynvml.NVMLError(field.nvmlReturn)))
+        return values
 
     def _field_counters(self, d: _Device) -> dict[str, Any]:
         """PCIe and NVLink byte counters (and NVLink error totals) in one call, NVLink bytes
@@ -527,16 +530,18 @@ _READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...]
     ("processes", GpuSource._processes),
     ("xids", GpuSource._xids),
 )
-# Read only with health readings on; NVLink error totals ride in the field values request.
+# Read only with health readings on, every scrape: the clocks' state now.
 _HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
     ("throttle", GpuSource._throttle),
-    ("pcie_replays", GpuSource._pcie_replays),
 )
-# Health readings kept in the GPU's InfoROM, read every `health_refresh_s` (not every scrape).
+# Health counts that move a few times in a GPU's life (the first three kept in its InfoROM),
+# read every `health_refresh_s` rather than every scrape.
 _SLOW_HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
     ("ecc_aggregate", GpuSource._ecc_aggregate),
     ("retired_pages", GpuSource._retired_pages),
     ("row_remap", GpuSource._row_remap),
+    ("pcie_replays", GpuSource._pcie_replays),
+    ("nvlink_errors", GpuSource._nvlink_errors),
 )
 
 # value key -> (metric name, help); gauges then counters, all labelled gpu and uuid.
@@ -564,6 +569,11 @@ GAUGES = {
         "sing_gpu_row_remap_failed",
         "1 when a row remapping ever failed (no spare rows left: replace the GPU), else 0.",
     ),
+    "clock_event_reasons": (
+        "sing_gpu_clock_event_reasons",
+        "Why the clocks are held down now, NVML's bitmask (nvmlClocksEventReason*: 0x1 idle, "
+        "0x4 power cap, 0x8 hw slowdown, 0x20 sw thermal, 0x40 hw thermal, 0x80 power brake).",
+    ),
 }
 COUNTERS = {
     "energy_j": ("sing_gpu_energy_joules", "Energy used since the driver loaded."),
@@ -588,13 +598,6 @@ LABELLED: dict[str, tuple[str, str, bool, str, dict[str, str]]] = {
         False,
         "type",
         {kind: f"row_remap_{kind}" for kind in ("correctable", "uncorrectable")},
-    ),
-    "throttle_reason": (
-        "sing_gpu_throttle_reason",
-        "1 while the clocks are held down for this reason (hardware or thermal trouble), else 0.",
-        False,
-        "reason",
-        {reason: f"throttle_{reason}" for reason in THROTTLE_REASONS},
     ),
     "nvlink_errors": (
         "sing_gpu_nvlink_errors",

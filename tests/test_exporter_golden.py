@@ -6,8 +6,8 @@ counters_ext, a saturated 32-bit counter, mW->W, mJ->J, KiB->bytes summed over N
 NOT_SUPPORTED, a lost GPU, no permission, cgroup v1 and v2 job ids, an
 environment-only job id, and both disagreements between processes and allocations; and the health
 readings: ECC volatile and aggregate, retired pages (a GPU before Ampere), row remapping (pending,
-failed; unsupported under MIG), throttle reasons (through both names of NVML's call), PCIe
-replays, NVLink error totals, InfiniBand port states and error counters.
+failed; unsupported under MIG), the clock event (throttle) reason mask (through both names of
+NVML's call), PCIe replays, NVLink error totals, InfiniBand port states and error counters.
 Regenerate after an intended change with SING_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -101,10 +101,9 @@ def test_metrics_page_matches_golden(page: str) -> None:
         'sing_gpu_row_remap_pending{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',
         'sing_gpu_row_remap_failed{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',
         # NVML's mask 0xC0: hardware thermal and power brake; GPU 1 through the older name
-        'sing_gpu_throttle_reason{gpu="0",reason="hw_thermal",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
-        'sing_gpu_throttle_reason{gpu="0",reason="hw_power_brake",uuid="GPU-00000000-0000-0000-0000-000000000000"} 1.0',  # noqa: E501
-        'sing_gpu_throttle_reason{gpu="0",reason="hw_slowdown",uuid="GPU-00000000-0000-0000-0000-000000000000"} 0.0',  # noqa: E501
-        'sing_gpu_throttle_reason{gpu="1",reason="sw_thermal",uuid="GPU-11111111-1111-1111-1111-111111111111"} 1.0',  # noqa: E501
+        # the clock event mask as NVML gives it: hw thermal 0x40 + power brake 0x80; sw thermal
+        'sing_gpu_clock_event_reasons{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 192.0',  # noqa: E501
+        'sing_gpu_clock_event_reasons{gpu="1",uuid="GPU-11111111-1111-1111-1111-111111111111"} 32.0',  # noqa: E501
         'sing_gpu_pcie_replays_total{gpu="0",uuid="GPU-00000000-0000-0000-0000-000000000000"} 5.0',
         # NVML's total fields: CRC errors 1 + 2 on links 0 and 2, replays 4 on link 0
         'sing_gpu_nvlink_errors_total{gpu="0",type="crc",uuid="GPU-00000000-0000-0000-0000-000000000000"} 3.0',  # noqa: E501
@@ -146,7 +145,7 @@ def test_failed_readings_are_left_out(page: str) -> None:
     assert 'sing_gpu_row_remap_rows{gpu="2"' not in page  # MIG
     assert 'sing_gpu_row_remap_failed{gpu="4"' not in page  # NO_PERMISSION
     assert 'sing_gpu_ecc_errors_total{counter="aggregate",gpu="2"' not in page
-    assert 'sing_gpu_throttle_reason{gpu="2"' not in page
+    assert 'sing_gpu_clock_event_reasons{gpu="2"' not in page
     assert 'sing_gpu_pcie_replays_total{gpu="2"' not in page
     assert 'sing_gpu_nvlink_errors_total{gpu="1"' not in page  # no NVLink: not even asked
     assert 'kind="function_not_found"' not in page  # the older name answered instead
@@ -160,7 +159,7 @@ def test_health_readings_can_be_turned_off() -> None:
     for family in (
         "sing_gpu_retired_pages",
         "sing_gpu_row_remap",
-        "sing_gpu_throttle_reason",
+        "sing_gpu_clock_event_reasons",
         "sing_gpu_pcie_replays",
         "sing_gpu_nvlink_errors",
         'counter="aggregate"',
@@ -239,7 +238,7 @@ def test_inforom_health_counts_are_read_once_per_refresh(
 ) -> None:
     """Three scrapes in a row: the row remapping counts are asked of each GPU that answers
     (0, 1, 2 and 4; 3 fell off the bus) once within `health_refresh_s`, and every scrape still
-    shows them; the PCIe replay counter is asked every scrape."""
+    shows them; the clock event reasons are asked every scrape."""
     nvml = CountingNvml(FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW))
     collector = NodeCollector(
         nvml,
@@ -256,7 +255,7 @@ def test_inforom_health_counts_are_read_once_per_refresh(
         pages.append(generate_latest(registry).decode())
         calls.append(collections.Counter(nvml.calls))
     assert [c["nvmlDeviceGetRemappedRows"] for c in calls] == remap_calls
-    assert [c["nvmlDeviceGetPcieReplayCounter"] for c in calls] == [4, 8, 12]
+    assert [c["nvmlDeviceGetCurrentClocksEventReasons"] for c in calls] == [4, 8, 12]
     for page in pages:
         assert 'sing_gpu_row_remap_failed{gpu="0"' in page
         assert 'counter="aggregate",gpu="0",type="uncorrected"' in page

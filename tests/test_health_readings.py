@@ -203,13 +203,26 @@ def test_a_restarted_collector_writes_first_readings_again_and_a_new_gpu_is_a_ne
         (Sample("sing_gpu_xid_errors_total", {"gpu": "0", "xid": "4'8"}, 1), None),
         (Sample("sing_gpu_ecc_errors_total", {"gpu": "0", "type": "corrected"}, 1),
          "ecc_corrected_volatile"),  # an exporter from before the counter label
-        (Sample("sing_gpu_throttle_reason", {"gpu": "0", "reason": "sw_power_cap"}, 1), None),
         (Sample("sing_rdma_port_errors_total",
                 {"device": "mlx5_0", "port": "1", "counter": "VL15_dropped"}, 1), None),
     ],
 )  # fmt: skip
 def test_only_known_label_values_name_signals(sample: Sample, signal: str | None) -> None:
     assert [key[-1] for key in read_node([sample]).health] == ([signal] if signal else [])
+
+
+@pytest.mark.parametrize(
+    "name", ["sing_gpu_clock_event_reasons", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]
+)
+def test_clock_event_mask_becomes_one_flag_per_trouble_bit(name: str) -> None:
+    """0x45 = idle (0x1) + power cap (0x4), a healthy GPU's reasons, + hw thermal (0x40)."""
+    health = read_node([Sample(name, {"gpu": "2", "uuid": "GPU-c"}, 0x45)]).health
+    assert health == {
+        ("gpu", "2", "GPU-c", "throttle_hw_slowdown"): 0.0,
+        ("gpu", "2", "GPU-c", "throttle_sw_thermal"): 0.0,
+        ("gpu", "2", "GPU-c", "throttle_hw_thermal"): 1.0,
+        ("gpu", "2", "GPU-c", "throttle_hw_power_brake"): 0.0,
+    }
 
 
 def test_dcgm_exporter_and_node_exporter_health_series_are_understood() -> None:
