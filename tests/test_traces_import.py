@@ -222,8 +222,10 @@ def test_pods_with_node_list_known_answer(tmp_path):
     ]
     assert rows(out, "partition", "num_nodes", "gpus_per_node")[2] == ("Burstable", 1, 8)
     agg = figures(out)
-    # GPU-seconds by num_gpus: 5000 x 1 + 9870 x 1 + 3540 x 8 + 100 x 1 (pod 5 has no GPU)
-    assert agg["gpu_seconds"] == 43_290.0 and (agg["jobs"], agg["gpu_jobs"]) == (7, 6)
+    # GPU-seconds: 5000 x 1 + 9870 x 0.46 + 3540 x 8 + 100 x 1 (pod 5 has no GPU): pod 1 holds
+    # 0.46 of a GPU, and its share, not a whole GPU, counts
+    assert agg["gpu_seconds"] == pytest.approx(5000 + 0.46 * 9870 + 8 * 3540 + 100)
+    assert (agg["jobs"], agg["gpu_jobs"]) == (7, 6)
     assert agg["jobs_by_state"] == {
         "cancelled": 2,
         "completed": 1,
@@ -263,7 +265,7 @@ def test_pods_cli_prints_jobs_and_cluster(tmp_path, capsys):
         ]
     )
     assert code == 0
-    assert "7 jobs, 12.0 GPU-hours; 5 nodes, 15 GPUs" in capsys.readouterr().out
+    assert "7 jobs, 10.5 GPU-hours; 5 nodes, 15 GPUs" in capsys.readouterr().out
 
 
 def test_release_without_node_list_has_no_nodes(tmp_path):

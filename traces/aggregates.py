@@ -3,7 +3,8 @@
 The same query runs when a trace is written (stored as aggregates.json) and when it is validated
 or summarised, so a copy that lost, duplicated or altered rows disagrees with its own file.
 GPU figures follow the public trace summaries (Helios, AcmeTrace): run and queue statistics are
-over GPU jobs (num_gpus > 0) that have the figure.
+over GPU jobs (num_gpus > 0) that have the figure. GPU-seconds count a share of one GPU as its
+fraction (`gpu_request`, format 1.2; releases without it: `num_gpus`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ SELECT
     count(*) FILTER (WHERE num_gpus > 0) AS gpu_jobs,
     count(DISTINCT "user") AS users,
     count(*) FILTER (WHERE censored) AS censored_jobs,
-    coalesce(sum(run_s * num_gpus), 0)::DOUBLE AS gpu_seconds,
-    coalesce(sum(run_s * num_gpus), 0)::DOUBLE / 3600 AS gpu_hours,
+    coalesce(sum(run_s * coalesce(gpu_request, num_gpus)), 0)::DOUBLE AS gpu_seconds,
+    coalesce(sum(run_s * coalesce(gpu_request, num_gpus)), 0)::DOUBLE / 3600 AS gpu_hours,
     avg(run_s) FILTER (WHERE num_gpus > 0) AS mean_run_s,
     median(run_s) FILTER (WHERE num_gpus > 0) AS median_run_s,
     avg(queue_s) FILTER (WHERE num_gpus > 0) AS mean_queue_s,
@@ -67,6 +68,7 @@ def _with_defaults(jobs: pa.Table) -> pa.Table:
     for name, dtype in (
         ("user", pa.string()),
         ("num_gpus", pa.int64()),
+        ("gpu_request", pa.float64()),
         ("queue_s", pa.float64()),
         ("end_s", pa.float64()),
     ):
