@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.fake_nvml import FakeNvml, load_description
 from exporters.node import NodeCollector, node_registry
@@ -28,7 +28,8 @@ GOLDEN = FIXTURES / "golden.prom"
 NOW = 1_800_000_000.0
 
 
-def scrape(nvml, fixtures: Path = FIXTURES, health: bool = True) -> str:
+def fixture_registry(nvml, fixtures: Path = FIXTURES, **options) -> CollectorRegistry:
+    """The exporter's registry over the fixture trees, no caching; `options` to NodeCollector."""
     collector = NodeCollector(
         nvml,
         str(fixtures / "sys"),
@@ -36,9 +37,13 @@ def scrape(nvml, fixtures: Path = FIXTURES, health: bool = True) -> str:
         str(fixtures / "gpu-jobs"),
         0.0,
         wall_clock=nvml.clock,
-        health=health,
+        **options,
     )
-    return generate_latest(node_registry(collector, process_metrics=False)).decode()
+    return node_registry(collector, process_metrics=False)
+
+
+def scrape(nvml, fixtures: Path = FIXTURES, health: bool = True) -> str:
+    return generate_latest(fixture_registry(nvml, fixtures, health=health)).decode()
 
 
 @pytest.fixture(scope="module")
@@ -240,16 +245,7 @@ def test_inforom_health_counts_are_read_once_per_refresh(
     (0, 1, 2 and 4; 3 fell off the bus) once within `health_refresh_s`, and every scrape still
     shows them; the clock event reasons are asked every scrape."""
     nvml = CountingNvml(FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW))
-    collector = NodeCollector(
-        nvml,
-        str(FIXTURES / "sys"),
-        str(FIXTURES / "proc"),
-        str(FIXTURES / "gpu-jobs"),
-        0.0,
-        wall_clock=nvml.clock,
-        health_refresh_s=refresh_s,
-    )
-    registry = node_registry(collector, process_metrics=False)
+    registry = fixture_registry(nvml, health_refresh_s=refresh_s)
     pages, calls = [], []
     for _ in range(3):
         pages.append(generate_latest(registry).decode())
