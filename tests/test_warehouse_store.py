@@ -408,6 +408,24 @@ def test_retention_drops_raw_days_only_when_rolled_up(wh: Warehouse) -> None:
     )
 
 
+def test_retention_keeps_the_audit_trail_and_health_history(wh: Warehouse) -> None:
+    """The tables that are the only record of what happened keep every day."""
+    load_tiny_day(wh)
+    ts = pa.array([at(9)], pa.timestamp("us", tz="UTC"))
+    for name, extra in (
+        ("policy_events", {"event": ["action"]}),
+        ("health_samples", {"node": ["n1"], "signal": ["xid_79"], "value": [1.0]}),
+        ("incident_notes", {"incident_id": ["INC-1"], "event": ["opened"]}),
+    ):
+        wh.append(name, pa.table({"ts": ts, "cluster": ["lab"], **extra}))
+    wh.compact(settle_s=0)
+    removed = wh.apply_retention(raw_days=7, now=datetime(2026, 2, 1, tzinfo=UTC))
+    assert removed == [day_dir(wh, "gpu_samples"), day_dir(wh, "rdma_samples")]
+    con = wh.connect()
+    for name in ("policy_events", "health_samples", "incident_notes"):
+        assert con.execute(f"SELECT count(*) FROM {name}").fetchone() == (1,), name
+
+
 def test_retention_keeps_a_day_whose_rollup_is_stale(wh: Warehouse) -> None:
     load_tiny_day(wh)
     wh.compact(settle_s=0)

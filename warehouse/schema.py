@@ -25,6 +25,9 @@ class Table:
     key: tuple[str, ...] = ()  # records: the upsert key; samples: empty
     time_column: str | None = None  # samples: the column that picks the day partition
     doc: str = ""
+    # samples: whether `raw_retention_days` may remove old days (once rolled up); not for the
+    # small tables that are the only record of what happened (audit trail, health, incidents)
+    retention: bool = True
 
     @property
     def is_samples(self) -> bool:
@@ -190,6 +193,7 @@ TABLES: dict[str, Table] = {
             ),
             time_column="ts",
             doc="The audit trail of the waste policies: every verdict, message and action.",
+            retention=False,
         ),
         Table(
             "health_samples",
@@ -211,6 +215,7 @@ TABLES: dict[str, Table] = {
                 "GPU and network health readings, one row per series when its value changes "
                 "(and a series' first reading after the collector starts)."
             ),
+            retention=False,
         ),
         Table(
             "incidents",
@@ -247,6 +252,7 @@ TABLES: dict[str, Table] = {
             ),
             time_column="ts",
             doc="The history of each incident: opening, notes and closing, who and when.",
+            retention=False,
         ),
         Table(
             "health_rounds",
