@@ -89,7 +89,11 @@ class BufferedWriter:
 
     def _drop_overflow(self) -> None:
         total = self.buffered_rows
-        droppable = [i for i, (name, _) in enumerate(self._pending) if TABLES[name].is_samples]
+        droppable = [
+            i
+            for i, (name, _) in enumerate(self._pending)
+            if TABLES[name].is_samples and TABLES[name].raw  # a health change is never dropped
+        ]
         dropped: set[int] = set()
         for i in droppable[:-1]:  # the newest sample batch always stays
             if total <= self.max_rows:

@@ -11,6 +11,10 @@ import stat
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
+from collector.selfmetrics import SelfMetrics
+from collector.writer import BufferedWriter
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     exporter,
     file_sd_entry,
@@ -128,3 +132,21 @@ def test_unwritable_warehouse_buffers_drops_oldest_and_recovers(
     ts = [t for (t,) in con.execute("SELECT DISTINCT ts FROM scrapes ORDER BY ts").fetchall()]
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
     assert max(gaps).total_seconds() > 0.9  # 4+ dropped rounds leave a hole in the middle
+
+
+class ReadOnlyWarehouse:
+    """A warehouse whose disk refuses every write, as `append` meets a full or read-only disk."""
+
+    def append(self, name: str, batch: pa.Table) -> int:
+        raise OSError(30, "Read-only file system")
+
+
+def test_a_full_buffer_drops_old_telemetry_but_never_a_health_change() -> None:
+    """Health rows are written once per change: a dropped one would never come again."""
+    writer = BufferedWriter(ReadOnlyWarehouse(), max_rows=4, metrics=SelfMetrics())
+    health = pa.table({"signal": ["row_remap_failed"], "value": [1.0]})
+    writer.write({"health_samples": health, "gpu_samples": pa.table({"util": [0.5] * 3})})
+    for _ in range(3):  # three more rounds of telemetry while the disk stays read-only
+        writer.write({"gpu_samples": pa.table({"util": [0.5] * 3})})
+    kept = [name for name, _ in writer._pending]
+    assert kept == ["health_samples", "gpu_samples"]  # the newest telemetry batch, the health row

@@ -186,7 +186,7 @@ def rollup_schema(con: duckdb.DuckDBPyConnection, rollup: Rollup) -> pa.Schema:
 
 def apply_retention(wh: Warehouse, horizon: date) -> list[Path]:
     """Remove the raw files of sample days before `horizon` that every rollup summarises
-    (tables with `retention` off are kept whole).
+    (raw telemetry only: the other samples tables are kept whole).
 
     Two commits per day, in an order that is exact at every moment: first each rollup's `of-`
     files become `kept-` files (a hard link under the new name), which readers count while the
@@ -196,7 +196,7 @@ def apply_retention(wh: Warehouse, horizon: date) -> list[Path]:
         if not held:
             return removed
         for spec in TABLES.values():
-            if not (spec.is_samples and spec.retention) or wh.open(spec.name) is None:
+            if not (spec.is_samples and spec.raw) or wh.open(spec.name) is None:
                 continue
             rollups = rollups_of(spec.name)
             for day, day_raw in _by_day(wh.live_files(spec.name)).items():

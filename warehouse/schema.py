@@ -25,9 +25,10 @@ class Table:
     key: tuple[str, ...] = ()  # records: the upsert key; samples: empty
     time_column: str | None = None  # samples: the column that picks the day partition
     doc: str = ""
-    # samples: whether `raw_retention_days` may remove old days (once rolled up); not for the
-    # small tables that are the only record of what happened (audit trail, health, incidents)
-    retention: bool = True
+    # samples: raw telemetry, which `raw_retention_days` may remove once rolled up and a full
+    # collector buffer may drop; not the small tables that are the only record of what
+    # happened (the audit trail, health readings, incident notes)
+    raw: bool = True
 
     @property
     def is_samples(self) -> bool:
@@ -193,7 +194,7 @@ TABLES: dict[str, Table] = {
             ),
             time_column="ts",
             doc="The audit trail of the waste policies: every verdict, message and action.",
-            retention=False,
+            raw=False,
         ),
         Table(
             "health_samples",
@@ -215,7 +216,7 @@ TABLES: dict[str, Table] = {
                 "GPU and network health readings, one row per series when its value changes "
                 "(and a series' first reading after the collector starts)."
             ),
-            retention=False,
+            raw=False,
         ),
         Table(
             "incidents",
@@ -252,7 +253,7 @@ TABLES: dict[str, Table] = {
             ),
             time_column="ts",
             doc="The history of each incident: opening, notes and closing, who and when.",
-            retention=False,
+            raw=False,
         ),
         Table(
             "health_rounds",
