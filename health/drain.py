@@ -17,6 +17,7 @@ until a reading changes.
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import UTC, datetime, timedelta
 
 import duckdb
@@ -34,8 +35,10 @@ NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 REASON_CHARS = re.compile(r"[^A-Za-z0-9_./:+=(), -]")
 MAX_REASON = 200
 
-# Per series of the signals drain looks at: its newest value and time, and its increase since
-# $from (a first reading counts from zero, a drop is a reset: the new value is the increase).
+# Per series of the signals drain looks at: its newest value, when it last changed, and its
+# increase since $from (a drop is a reset: the new value is the increase). A series' first row
+# is a baseline (a port's link downs over months of uptime are not new), except an XID's: the
+# exporter's XID counts start at zero, so a first row is that many new XIDs.
 READINGS_SQL = """
 WITH s AS (
     SELECT cluster, node, component, device, signal, ts, value,
@@ -45,8 +48,12 @@ WITH s AS (
     WHERE ts <= $now AND (list_contains($signals, signal) OR signal LIKE 'xid\\_%' ESCAPE '\\')
 )
 SELECT cluster, node, component, device, signal,
-       arg_max(value, ts) AS value, max(ts) AS ts,
-       coalesce(sum(CASE WHEN prev IS NULL OR value < prev THEN value ELSE value - prev END)
+       arg_max(value, ts) AS value,
+       -- when the value last changed: a collector restart rewrites an unchanged value
+       max(ts) FILTER (WHERE prev IS NULL OR value <> prev) AS ts,
+       coalesce(sum(CASE WHEN prev IS NULL AND signal NOT LIKE 'xid\\_%' ESCAPE '\\' THEN 0
+                         WHEN prev IS NULL OR value < prev THEN value
+                         ELSE value - prev END)
                 FILTER (WHERE ts > $from), 0) AS increase
 FROM s GROUP BY ALL
 ORDER BY cluster, node, component, device, signal
@@ -133,8 +140,9 @@ def reason_text(evidence: list[dict]) -> str:
 
 
 def command(node: str, reason: str) -> str:
-    """The command an admin runs to drain `node` (its reason holds no quote or `$`)."""
-    return f'scontrol update nodename={node} state=drain reason="{reason}"'
+    """The command an admin runs to drain `node`: the reason holds no quote or `$`, and the node
+    name, which a scrape target's labels set, is quoted for the shell."""
+    return f'scontrol update nodename={shlex.quote(node)} state=drain reason="{reason}"'
 
 
 def run(
@@ -144,9 +152,11 @@ def run(
     now: datetime | None = None,
 ) -> dict:
     """List the candidates and, with `[health] drain = true` and `dry_run = false` (and not
-    `force_dry_run`), drain those of this site's cluster through its executor. Returns `mode`
+    `force_dry_run`, nor a past `now`), drain those of this site's cluster through its executor.
+    Returns `mode`
     (what was done, in words) and `nodes` (each candidate with `done`, `ok`, `error`)."""
     settings = config.section("health", HealthSettings)
+    force_dry_run = force_dry_run or now is not None  # judged as of then, never drained now
     now = now or datetime.now(UTC)
     con = warehouse.connect({"health_samples": None, "policy_events": None})
     found = candidates(con, settings, now)

@@ -36,7 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     act.add_argument(
         "--dry-run", action="store_true", help="only list them, whatever [health] allows"
     )
-    act.add_argument("--now", type=iso_time, help="judge the readings as of this time")
+    act.add_argument(
+        "--now",
+        type=iso_time,
+        help="judge the readings as of this time (lists only: drains nothing)",
+    )
     act.add_argument("--json", action="store_true", help="machine-readable output")
     act.set_defaults(func=cmd_drain)
 

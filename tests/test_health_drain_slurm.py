@@ -89,12 +89,29 @@ def test_a_counter_reset_counts_from_zero(tmp_path: Path) -> None:
     assert found[0]["evidence"][0]["value"] == 1
 
 
+def test_first_readings_are_a_baseline_and_restarts_add_no_evidence(tmp_path: Path) -> None:
+    """A port first seen with months of link downs is not flapping now; a flag the collector
+    wrote again after a restart is evidence from when it changed, so a drain after that change
+    (and an admin's resume) stands."""
+    rows = [
+        reading("gpu-5", 30, "link_downed", 40, "mlx5_0/1"),  # first ever reading: a baseline
+        reading("gpu-6", 600, "row_remap_failed", 1, "3"),
+        reading("gpu-6", 10, "row_remap_failed", 1, "3"),  # the collector restarted
+    ]
+    con = warehouse_at(tmp_path / "wh", rows).connect()
+    (node,) = candidates(con, HealthSettings(), NOW)
+    assert node["node"] == "gpu-6"
+    assert node["newest_evidence"] == NOW - timedelta(minutes=600)
+
+
 def test_the_reason_carries_no_shell_characters() -> None:
     evidence = [{"component": "rdma", "device": 'mlx5_0/1";rm -rf $HOME`', "signal": "link_downed",
                  "figure": "increase", "value": 4.0, "limit": 3}]  # fmt: skip
     reason = reason_text(evidence)
     assert reason == "sing health: link_downed=+4 on rdma mlx5_0/1__rm -rf _HOME_ (limit 3)"
     assert command("gpu-9", reason).count('"') == 2
+    # a node name comes from a scrape target's labels: quoted for the shell
+    assert command("gpu1;rm -rf ~", reason).startswith("scontrol update nodename='gpu1;rm -rf ~' ")
 
 
 def test_the_settings_are_checked(tmp_path: Path) -> None:
