@@ -133,13 +133,27 @@ class LastValues:
 
     def __init__(self, last: dict[Hashable, float] | None = None) -> None:
         self._last: dict[Hashable, float] = dict(last or {})
+        # (cluster, node) -> the keys of its XID series, to see one vanish
+        self._xids: dict[Hashable, set[tuple]] = {}
+        for key in self._last:
+            self._index(key)
+
+    def _index(self, key: Hashable) -> None:
+        if isinstance(key, tuple) and len(key) == 6 and str(key[5]).startswith("xid_"):
+            self._xids.setdefault(key[:2], set()).add(key)
 
     def changed(self, key: Hashable, value: float) -> bool:
         """Whether `value` is new for `key` (its first reading, or a different one); it is
         remembered either way."""
         changed = self._last.get(key) != value
+        if key not in self._last:
+            self._index(key)
         self._last[key] = value
         return changed
+
+    def xid_series(self, cluster: str, node: str) -> list[tuple[tuple, float]]:
+        """The node's XID series seen so far, with their last values."""
+        return [(key, self._last[key]) for key in self._xids.get((cluster, node), ())]
 
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
@@ -149,7 +163,18 @@ class LastValues:
 def health_rows(
     last: LastValues, ts: datetime, cluster: str, node: str, values: HealthValues
 ) -> list[dict[str, Any]]:
-    """`health_samples` rows for the series of one node whose value changed."""
+    """`health_samples` rows for the series of one node whose value changed.
+
+    An XID count lives in the exporter's memory: when a GPU still answers but its XID series is
+    gone, the exporter restarted (a reboot, an upgrade) and its counts start over, so the series
+    gets a 0 row. Otherwise the same XID coming back at the same count would look unchanged and
+    open no incident. A GPU that is not in the reading at all (lost, or the scrape failed) keeps
+    its counts."""
+    gpus = {key[:3] for key in values}
+    for key, value in last.xid_series(cluster, node):
+        series = key[2:]
+        if value and series[:3] in gpus and series not in values:
+            values = {**values, series: 0.0}
     rows = []
     for (component, device, uuid, signal), value in sorted(
         values.items(), key=lambda item: tuple(part or "" for part in item[0])

@@ -196,6 +196,33 @@ def test_a_restarted_collector_writes_first_readings_again_and_a_new_gpu_is_a_ne
     assert LastValues().changed(("lab", "n", "gpu", "0", "GPU-a", "x"), 0.0)  # a fresh start
 
 
+def test_an_exporter_restart_starts_the_xid_counts_over() -> None:
+    """GPU 0 answers without its XID series: the exporter restarted, so the series goes to 0
+    and the same XID seen again at the same count is a new row (an incident, a drain). GPU 1,
+    absent altogether (lost), keeps its count."""
+    last = LastValues()
+
+    def rows(*samples: Sample) -> list[tuple]:
+        reading = read_node(list(samples))
+        return [(r["device"], r["signal"], r["value"]) for r in health_rows(
+            last, None, "lab", "n", reading.health)]  # type: ignore[arg-type]  # fmt: skip
+
+    def xid(gpu: str, count: float) -> Sample:
+        return Sample(
+            "sing_gpu_xid_errors_total", {"gpu": gpu, "uuid": f"G{gpu}", "xid": "79"}, count
+        )
+
+    def remap(gpu: str) -> Sample:
+        return Sample("sing_gpu_row_remap_failed", {"gpu": gpu, "uuid": f"G{gpu}"}, 0)
+
+    assert rows(xid("0", 1), remap("0"), xid("1", 2), remap("1")) == [
+        ("0", "row_remap_failed", 0.0), ("0", "xid_79", 1.0),
+        ("1", "row_remap_failed", 0.0), ("1", "xid_79", 2.0),
+    ]  # fmt: skip
+    assert rows(remap("0")) == [("0", "xid_79", 0.0)]  # GPU 1 lost: nothing about it
+    assert rows(xid("0", 1), remap("0"), xid("1", 2), remap("1")) == [("0", "xid_79", 1.0)]
+
+
 @pytest.mark.parametrize(
     ("sample", "signal"),
     [
