@@ -106,6 +106,7 @@ class _Device:
 
     index: int
     handle: Any
+    uuid: str | None = None  # the last UUID read: a GPU that falls off the bus keeps it
     nvlinks: list[int] = dataclasses.field(default_factory=list)  # active link ids
     fields: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (field, scope)
     field_keys: list[str] = dataclasses.field(default_factory=list)  # value key per field
@@ -260,8 +261,13 @@ class GpuSource:
 
     def _read_device(self, d: _Device) -> GpuReading | None:
         uuid = self._try("uuid", self.nvml.nvmlDeviceGetUUID, d.handle)
-        if uuid is None:  # without its UUID a GPU has no key; a lost GPU stops here
-            return None
+        if uuid is None:  # lost: only its XIDs (79: fallen off the bus), under its last UUID
+            if d.uuid is None:
+                return None
+            reading = GpuReading(d.index, d.uuid)
+            self._read_into(reading.values, reading.errors, d, (("xids", GpuSource._xids),))
+            return reading if reading.values.get("xids") else None
+        d.uuid = uuid
         reading = GpuReading(d.index, uuid)
         lost = self._read_into(reading.values, reading.errors, d, self._readers)
         if self.health and not lost:

@@ -175,3 +175,36 @@ def test_bad_node_option_is_a_clear_error(capsys) -> None:
     assert "expected NAME:PORT" in capsys.readouterr().err
     assert main(["exporter", "--node", "gpu01:9501", "--duration", "0"]) == 1
     assert "add --fake" in capsys.readouterr().err
+
+
+def test_a_gpu_that_falls_off_the_bus_still_reports_its_xid_79(tmp_path: Path) -> None:
+    """NVML answers nothing about a lost GPU, but the XID that said so is the news: its count
+    is exported under the GPU's last UUID, and nothing else about it."""
+    state_path = tmp_path / "state.json"
+    state_path.write_text("{}")
+    clock = Clock()
+    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
+    world = FakeWorld(tmp_path / "world", nvml)
+    collector = NodeCollector(
+        nvml,
+        str(world.sysfs_root),
+        str(world.proc_root),
+        str(world.mapping_dir),
+        0.0,
+        before_read=world.sync,
+        wall_clock=nvml.clock,
+    )
+    registry = node_registry(collector, process_metrics=False)
+    page = generate_latest(registry).decode()
+    (uuid,) = {
+        line.split('uuid="')[1].split('"')[0]
+        for line in page.splitlines()
+        if line.startswith('sing_gpu_power_watts{gpu="3"')
+    }
+    lost = {"gpus": {"3": {"errors": {"all": "gpu_is_lost"}, "xids": {"79": 1}}}}
+    state_path.write_text(json.dumps(lost))
+    os.utime(state_path, ns=(1, 2))
+    clock.t += 10
+    page = generate_latest(registry).decode()
+    gpu3 = [line for line in page.splitlines() if 'gpu="3"' in line]
+    assert gpu3 == [f'sing_gpu_xid_errors_total{{gpu="3",uuid="{uuid}",xid="79"}} 1.0']
