@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from health.incidents import ENDED_DURING_SQL
 from sing.errors import UserError
 from warehouse.analytics import NODE_VERSIONS_SQL
 from warehouse.store import Warehouse
@@ -55,7 +56,8 @@ def failure_class_sql(state: str, on_incident: str) -> str:
 
 def classified_sql(jobs: str, now: str = "$now") -> str:
     """SQL: every row of relation `jobs` (job columns, any extra ones kept) with its
-    `failure_class`; an incident still open counts as open until the SQL expression `now`."""
+    `failure_class`; an incident still open counts as open until the SQL expression `now`, and
+    for at most `health.incidents.LINK_HOURS` after it opened."""
     return f"""
 SELECT j.*, {failure_class_sql("j.state", "h.job_id IS NOT NULL")} AS failure_class
 FROM {jobs} j
@@ -63,7 +65,7 @@ LEFT JOIN (
     SELECT DISTINCT f.cluster, f.job_id
     FROM {jobs} f JOIN incidents i
       ON i.cluster = f.cluster AND list_contains(f.nodes, i.node)
-     AND f.end_time >= i.opened_at AND f.end_time <= coalesce(i.closed_at, {now})
+     AND {ENDED_DURING_SQL.format(j="f", i="i", now=now)}
     WHERE i.class <> '{SERVICE_REQUEST}' AND upper(trim(f.state)) = 'FAILED'
 ) h ON h.cluster = j.cluster AND h.job_id = j.job_id
 """

@@ -25,14 +25,25 @@ CLASSES = ("xid", "ecc", "row_remap", "link", "node_down", "service_request", "o
 AUTO, MANUAL = "auto", "manual"
 FAILED_STATES = ("FAILED", "NODE_FAIL")
 
+# A failed job is put down to an incident still open for at most this long after it opened: an
+# incident nobody closes must not turn weeks of users' failures into hardware ones. Closing one
+# declares its period, and every failure on the node within it is linked.
+LINK_HOURS = 24
+# SQL: whether job `j` ended while incident `i` was open: up to its closing, or for one still
+# open up to `now` and at most LINK_HOURS after its opening.
+ENDED_DURING_SQL = (
+    "{j}.end_time >= {i}.opened_at AND {j}.end_time <= coalesce({i}.closed_at, least({now}, "
+    "{i}.opened_at + INTERVAL " + str(LINK_HOURS) + " HOUR))"
+)
+
 # A job failed "in" an incident when it ended on the incident's node while the incident was open.
-LINKED_JOBS_SQL = """
+LINKED_JOBS_SQL = f"""
 SELECT i.incident_id, i.cluster, i.node, i.class, j.job_id, j."user", j.account, j.state,
        j.end_time
 FROM incidents i
 JOIN jobs j ON j.cluster = i.cluster AND list_contains(j.nodes, i.node)
 WHERE j.state IN ('FAILED', 'NODE_FAIL')
-  AND j.end_time >= i.opened_at AND (i.closed_at IS NULL OR j.end_time <= i.closed_at)
+  AND {ENDED_DURING_SQL.format(j="j", i="i", now="j.end_time")}
 """
 
 

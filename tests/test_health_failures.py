@@ -45,7 +45,7 @@ JOBS = {
     "7": ("TIMEOUT", ("n3",), at(9), 4, 4, "timeout"),
     "8": ("PREEMPTED", ("n3",), at(9, 3), 2, 4, "preemption"),
     "9": ("CANCELLED by 1001", ("n3",), at(9, 4), 1, 4, "cancelled"),
-    "10": ("FAILED", ("n3", "n2"), at(25), 1, 2, "node_failure"),  # I2 open on its 2nd node
+    "10": ("FAILED", ("n3", "n2"), at(20, 12), 1, 2, "node_failure"),  # I2 open on its 2nd node
     "11": ("FAILED", ("n3",), at(10, 1), 1, 4, "user_error"),  # a service request is no fault
     "14": ("FAILED", ("n1",), at(1, 12), 1, 4, "node_failure"),  # during I3, opened before
     "15": ("COMPLETED", ("n1",), at(30, 23), 1, 1, "success"),

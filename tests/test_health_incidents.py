@@ -143,6 +143,8 @@ def test_failed_jobs_are_linked_to_the_incident_open_on_their_node(wh: Warehouse
     add_job(wh, "25", start, end_time=T0 - HOUR / 2, state="FAILED")  # before it opened
     still_open = open_on(wh, node="n2", at=T0 + 3 * HOUR, klass="node_down")
     add_job(wh, "26", start, end_time=T0 + 6 * HOUR, state="NODE_FAIL", nodes=["n2"])
+    # a day and more after it opened, an incident nobody closed is not what failed a job
+    add_job(wh, "27", start, end_time=T0 + 28 * HOUR, state="FAILED", nodes=["n2"])
     rows = {r["incident_id"]: r["failed_jobs"] for r in list_incidents(wh)}
     assert rows == {incident_id: ["20", "21"], still_open: ["26"]}
     con = wh.connect()

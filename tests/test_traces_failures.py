@@ -45,7 +45,7 @@ JOBS = {
     "1007": ("TIMEOUT", None, 0, 6, 1, "timeout"),
     "1008": ("PREEMPTED", None, 2, 7, 1, "preemption"),
     "1009": ("CANCELLED by 1001", None, 0, 8, 1, "cancelled"),
-    "1010": ("FAILED", 2, 2, 20, 1, "node_failure"),  # node03's ECC incident is open all along
+    "1010": ("FAILED", 2, 2, 20, 1, "node_failure"),  # node03's ECC incident, open, 23 h old
     "1011": ("FAILED", 1, 0, 30, 0.5, "user_error"),  # during the service request: no fault
     "1012": ("RUNNING", None, 0, 40, None, None),  # censored: no class yet
 }
@@ -61,7 +61,7 @@ def incident(iid: str, node: int, klass: str, opened: float, closed: float | Non
 
 INCIDENTS = [
     incident("inc-7", 1, "xid", 5, 9),
-    incident("inc-3", 2, "ecc", -20, None),
+    incident("inc-3", 2, "ecc", -1, None),
     incident("inc-9", 0, "service_request", 30, 31),
     incident("inc-11", 0, "other", 60, None),  # after the window
 ]
