@@ -84,13 +84,14 @@ def detect_round(
     warehouse: Warehouse, settings: HealthSettings, cluster: str, now: datetime | None = None
 ) -> DetectionRound:
     """Read what arrived since the last round, open or note incidents, record the progress.
-    `cluster` is the site's: scrapes carry no cluster, and the progress is kept per cluster."""
+    `cluster` is the site's: the progress is kept per cluster, and a node that stops answering
+    is of the cluster the inventory (`nodes`) puts it in, else of this one."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        warehouse.add_views(con, {"health_rounds": None, "incidents": None})
+        warehouse.add_views(con, {"health_rounds": None, "incidents": None, "nodes": None})
         samples_from, scrapes_from = _last_round(con, cluster, now)
         readings_from = samples_from - timedelta(minutes=settings.flapping_minutes)
         streaks_from = scrapes_from - timedelta(minutes=settings.node_down_minutes) - STREAK_MARGIN
@@ -98,6 +99,13 @@ def detect_round(
         _recent_view(con, warehouse, "scrapes", streaks_from)
         readings = _readings(con, settings, readings_from)
         scrapes = _node_answers(con, streaks_from)
+        # scrapes carry no cluster: a node the inventory knows in one cluster only is of that one
+        node_clusters = dict(
+            con.execute(
+                "SELECT node, min(cluster) FROM nodes GROUP BY node "
+                "HAVING count(DISTINCT cluster) = 1"
+            ).fetchall()
+        )
         # The newest reading of any signal: the next round starts after it.
         ((samples_until,),) = con.execute("SELECT max(ts) FROM health_samples").fetchall()
         open_now = {
@@ -113,7 +121,7 @@ def detect_round(
     findings = sorted(
         [
             *signal_findings(readings, settings, samples_from),
-            *node_down_findings(scrapes, settings, cluster, scrapes_from),
+            *node_down_findings(scrapes, settings, cluster, scrapes_from, node_clusters),
         ],
         key=lambda f: f.ts,
     )
@@ -203,9 +211,11 @@ def node_down_findings(
     settings: HealthSettings,
     cluster: str,
     after: datetime,
+    node_clusters: dict[str, str] | None = None,
 ) -> Iterator[Finding]:
     """Nodes whose streak of unanswered scrapes reached `node_down_minutes` after `after`.
-    `answers`: (node, scrape time, any target answered, an error), by node then time."""
+    `answers`: (node, scrape time, any target answered, an error), by node then time; each
+    node's cluster from `node_clusters` (the inventory), else `cluster` (the site's)."""
     limit = timedelta(minutes=settings.node_down_minutes)
     down_since: dict[str, datetime] = {}
     crossed: set[str] = set()
@@ -221,7 +231,7 @@ def node_down_findings(
         if ts > after:
             minutes = (ts - since).total_seconds() / 60
             yield Finding(
-                cluster,
+                (node_clusters or {}).get(node, cluster),
                 node,
                 None,
                 "node_down",

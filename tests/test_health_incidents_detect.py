@@ -200,6 +200,20 @@ def test_a_node_whose_scrapes_all_fail_is_down(wh, t0) -> None:
     assert detect_round(wh, SETTINGS, "campus").findings == []
 
 
+def test_a_down_node_is_of_the_cluster_the_inventory_puts_it_in(wh, t0) -> None:
+    """Pull mode can scrape several clusters: scrapes carry no cluster, the inventory does."""
+    wh.append("nodes", pa.Table.from_pylist([
+        {"cluster": "bio", "node": "b-gpu3", "gpus": 8, "valid_from": t0 - 60 * MIN},
+    ], table("nodes").schema))  # fmt: skip
+    for i in range(15):
+        scrapes(wh, t0 + i * MIN, {"b-gpu3": [False], "n7": [False]})
+    detect_round(wh, SETTINGS, "campus")
+    assert {(r["cluster"], r["node"]) for r in incidents(wh)} == {
+        ("bio", "b-gpu3"),
+        ("campus", "n7"),  # not in the inventory: the site's cluster
+    }
+
+
 ROUND = """
 import sys
 from health.detect import detect_round
