@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.fake_nvml import FakeNvml, StateFile, load_description
 from exporters.fake_world import FakeWorld
@@ -31,6 +31,24 @@ def sample(page: str, prefix: str) -> float:
     """The value of the one series whose line starts with `prefix`."""
     (line,) = [line for line in page.splitlines() if line.startswith(prefix)]
     return float(line.rsplit(" ", 1)[1])
+
+
+def state_driven_node(
+    tmp_path: Path, state_path: Path, clock: Clock
+) -> tuple[CollectorRegistry, FakeWorld]:
+    """The built-in fake node driven by a state file, its files in a fake world, no caching."""
+    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
+    world = FakeWorld(tmp_path / "world", nvml)
+    collector = NodeCollector(
+        nvml,
+        str(world.sysfs_root),
+        str(world.proc_root),
+        str(world.mapping_dir),
+        0.0,
+        before_read=world.sync,
+        wall_clock=clock,
+    )
+    return node_registry(collector, process_metrics=False), world
 
 
 def test_replays_the_h200_recording_frame_by_frame_and_loops() -> None:
@@ -100,18 +118,7 @@ def test_state_file_drives_gpus_jobs_and_rdma_at_runtime(tmp_path: Path) -> None
         )
     )
     clock = Clock()
-    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
-    world = FakeWorld(tmp_path / "world", nvml)
-    collector = NodeCollector(
-        nvml,
-        str(world.sysfs_root),
-        str(world.proc_root),
-        str(world.mapping_dir),
-        0.0,
-        before_read=world.sync,
-        wall_clock=clock,
-    )
-    registry = node_registry(collector, process_metrics=False)
+    registry, world = state_driven_node(tmp_path, state_path, clock)
     page = generate_latest(registry).decode()
     assert sample(page, 'sing_gpu_utilization_ratio{gpu="0"') == 0.42
     assert 'sing_gpu_job_info{gpu="0",job_id="777",user="carol"' in page
@@ -183,18 +190,7 @@ def test_a_gpu_that_falls_off_the_bus_still_reports_its_xid_79(tmp_path: Path) -
     state_path = tmp_path / "state.json"
     state_path.write_text("{}")
     clock = Clock()
-    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
-    world = FakeWorld(tmp_path / "world", nvml)
-    collector = NodeCollector(
-        nvml,
-        str(world.sysfs_root),
-        str(world.proc_root),
-        str(world.mapping_dir),
-        0.0,
-        before_read=world.sync,
-        wall_clock=nvml.clock,
-    )
-    registry = node_registry(collector, process_metrics=False)
+    registry, _ = state_driven_node(tmp_path, state_path, clock)
     page = generate_latest(registry).decode()
     (uuid,) = {
         line.split('uuid="')[1].split('"')[0]
