@@ -19,10 +19,8 @@ from prometheus_client import generate_latest
 
 from exporters.errors import ErrorCounter
 from exporters.fake_nvml import FakeNvml, StateFile, load_description
-from exporters.fake_world import FakeWorld
 from exporters.gpu import GpuSource
-from exporters.node import NodeCollector, node_registry
-from tests.test_exporter_fake import Clock, sample
+from tests.test_exporter_fake import Clock, sample, world_registry
 from tests.test_exporter_golden import FIXTURES, NOW
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,18 +32,7 @@ def one_gpu(**values: Any) -> dict[str, Any]:
 
 def world_page(description: dict[str, Any], clock: Clock, root: Path, state=None):
     """A registry reading a fake node and its fake sysfs/procfs tree, on the hand clock."""
-    nvml = FakeNvml(description, state, node="n1", clock=clock)
-    world = FakeWorld(root, nvml)
-    collector = NodeCollector(
-        nvml,
-        str(world.sysfs_root),
-        str(world.proc_root),
-        str(world.mapping_dir),
-        0.0,
-        before_read=world.sync,
-        wall_clock=clock,
-    )
-    registry = node_registry(collector, process_metrics=False)
+    registry, _ = world_registry(FakeNvml(description, state, node="n1", clock=clock), root, clock)
     return lambda: generate_latest(registry).decode()
 
 

@@ -33,12 +33,9 @@ def sample(page: str, prefix: str) -> float:
     return float(line.rsplit(" ", 1)[1])
 
 
-def state_driven_node(
-    tmp_path: Path, state_path: Path, clock: Clock
-) -> tuple[CollectorRegistry, FakeWorld]:
-    """The built-in fake node driven by a state file, its files in a fake world, no caching."""
-    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
-    world = FakeWorld(tmp_path / "world", nvml)
+def world_registry(nvml: FakeNvml, root: Path, clock: Clock) -> tuple[CollectorRegistry, FakeWorld]:
+    """A registry reading a fake node and its fake sysfs/procfs tree at `root`, no caching."""
+    world = FakeWorld(root, nvml)
     collector = NodeCollector(
         nvml,
         str(world.sysfs_root),
@@ -118,7 +115,8 @@ def test_state_file_drives_gpus_jobs_and_rdma_at_runtime(tmp_path: Path) -> None
         )
     )
     clock = Clock()
-    registry, world = state_driven_node(tmp_path, state_path, clock)
+    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
+    registry, world = world_registry(nvml, tmp_path / "world", clock)
     page = generate_latest(registry).decode()
     assert sample(page, 'sing_gpu_utilization_ratio{gpu="0"') == 0.42
     assert 'sing_gpu_job_info{gpu="0",job_id="777",user="carol"' in page
@@ -190,7 +188,8 @@ def test_a_gpu_that_falls_off_the_bus_still_reports_its_xid_79(tmp_path: Path) -
     state_path = tmp_path / "state.json"
     state_path.write_text("{}")
     clock = Clock()
-    registry, _ = state_driven_node(tmp_path, state_path, clock)
+    nvml = FakeNvml(load_description(None), StateFile(state_path), clock=clock)
+    registry, _ = world_registry(nvml, tmp_path / "world", clock)
     page = generate_latest(registry).decode()
     (uuid,) = {
         line.split('uuid="')[1].split('"')[0]
