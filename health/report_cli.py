@@ -15,8 +15,7 @@ from health import drain, failures
 from sing.config import Config
 from sing.errors import UserError
 from sing.tables import Column, percent, render
-from warehouse.reports_cli import NOW_HELP, report_now
-from warehouse.reports_cli import _time as iso_time
+from warehouse.reports_cli import NOW_HELP, iso_time, report_now
 from warehouse.store import Warehouse
 
 
