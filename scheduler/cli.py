@@ -27,6 +27,7 @@ from sing.tables import Column, hours, percent, render
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
     "never ran": "skipped_never_ran",
+    "censored": "skipped_censored",
     "cannot fit": "skipped_cannot_fit",
 }
 

@@ -13,8 +13,9 @@ small adapter that fills these columns. `load_trace` reads three formats:
   user column, so the virtual cluster stands in for the user (VCs are teams), and job ids are
   `philly-<line>`.
 
-Jobs the simulator cannot replay are counted, not refused: CPU-only jobs (0 GPUs) and jobs that
-never ran (a release's jobs without a run time).
+Jobs the simulator cannot replay are counted, not refused: CPU-only jobs (0 GPUs), jobs that
+never ran (a release's jobs without a run time) and censored ones (still running at the release
+end: their run time is only a lower bound).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Trace:
     workload: Workload
     origin: float  # epoch seconds of the trace start (windows in seconds count from here)
     nodes: list[Node] | None  # the cluster the trace ran on, if it carries a node list
-    skipped: dict[str, int]  # jobs left out, by reason ("cpu-only", "never ran")
+    skipped: dict[str, int]  # jobs left out, by reason ("cpu-only", "never ran", "censored")
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -200,7 +201,11 @@ def _read_rows(
     ids = columns[0]
     if len(set(ids)) != len(ids):
         raise UserError(f"{path}: job_id values are not unique")
-    return Workload(**dict(zip(ROW, columns, strict=True))), {"cpu-only": cpu_only, "never ran": 0}
+    return Workload(**dict(zip(ROW, columns, strict=True))), {
+        "cpu-only": cpu_only,
+        "never ran": 0,
+        "censored": 0,
+    }
 
 
 def _philly_row(row: dict[str, str], line: int) -> Row:

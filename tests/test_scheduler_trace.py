@@ -61,7 +61,7 @@ def test_simulate_reads_a_release_its_parquet_or_its_csv(
     assert [r["policy"] for r in rows] == ["fcfs", "sing", "easy", "sjf"]
     assert {r["jobs"] for r in rows} == {3}
     assert {r["skipped_cpu_only"] for r in rows} == {1}
-    assert "skipped: 1 cpu-only, 0 never ran, 0 cannot fit" in err
+    assert "skipped: 1 cpu-only, 0 never ran, 0 censored, 0 cannot fit" in err
 
 
 def test_a_release_without_node_list_needs_a_cluster(
@@ -75,7 +75,8 @@ def test_a_pod_list_release_runs_on_its_own_node_list(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Seven pods on 5 nodes (2 P100, 8 V100M32, 4 + 1 V100M16, one CPU-only node): one pod is
-    # CPU-only, two were never scheduled; pod 1 asks for 0.46 GPU, pod 3 for V100M16 or V100M32.
+    # CPU-only, two were never scheduled, pod 1 (0.46 GPU) was still running at the trace end
+    # (censored: its run time is only a lower bound); pod 3 asks for V100M16 or V100M32.
     out, starts = tmp_path / "pods", tmp_path / "starts.csv"
     argv = ["trace", "import", "--format", "pods", str(FIXTURES / "openb_pod_list.csv"),
             "--nodes", str(FIXTURES / "openb_node_list.csv"), "--out", str(out)]  # fmt: skip
@@ -85,21 +86,21 @@ def test_a_pod_list_release_runs_on_its_own_node_list(
         capsys, "--trace", str(out), "--policy", "fcfs", "--json", "--starts-out", str(starts)
     )
     assert code == 0, err
-    assert "skipped: 1 cpu-only, 2 never ran, 0 cannot fit" in err
+    assert "skipped: 1 cpu-only, 2 never ran, 1 censored, 0 cannot fit" in err
     (row,) = json.loads(out_)
-    assert (row["jobs"], row["skipped_never_ran"], row["busy_assignment"]) == (4, 2, None)
+    assert (row["jobs"], row["skipped_never_ran"], row["skipped_censored"]) == (3, 2, 1)
+    assert row["busy_assignment"] is None
     with starts.open() as f:
         placed = {r["job_id"]: (r["num_gpus"], r["placement"]) for r in csv.DictReader(f)}
     assert placed == {
         "openb-pod-0000": ("1", "openb-node-0000:0"),
-        "openb-pod-0001": ("0.46", "openb-node-0000:1"),  # a share, on the next free GPU
         "openb-pod-0002": ("8", "openb-node-0001:0,1,2,3,4,5,6,7"),
         "openb-pod-0003": ("1", "openb-node-0003:0"),  # V100M16 (best fit: the 1-GPU node)
     }
     code, out_, _ = simulate(capsys, "--trace", str(out), "--validate", "--json")
     (check,) = json.loads(out_)
-    # recorded waits 0, 30, 60, 0 s; the simulated cluster starts all four at once
-    assert check["jobs"] == 4 and check["mean_abs_error_s"] == pytest.approx(22.5)
+    # recorded waits 0, 60, 0 s; the simulated cluster starts all three at once
+    assert check["jobs"] == 3 and check["mean_abs_error_s"] == pytest.approx(20)
 
 
 @pytest.mark.parametrize(
@@ -136,10 +137,8 @@ def test_mixed_cluster_models_shares_and_skip_counts(
         "--starts-out", str(starts), "--json",
     )  # fmt: skip
     assert code == 0, err
-    assert (
-        "skipped: 1 cpu-only, 0 never ran, 2 cannot fit (model H100 missing: 1, too large: 1)"
-        in err
-    )
+    reasons = "model H100 missing: 1, too large: 1"
+    assert f"skipped: 1 cpu-only, 0 never ran, 0 censored, 2 cannot fit ({reasons})" in err
     (row,) = json.loads(out)
     assert (row["jobs"], row["skipped_cannot_fit"], row["skipped_cpu_only"]) == (5, 2, 1)
     with starts.open() as f:

@@ -35,6 +35,7 @@ OPTIONAL = {
     "start_s": pl.Float64,
     "num_nodes": pl.Int64,
     "user": pl.String,
+    "censored": pl.Boolean,
 }
 READ = ("job_id", "user", "submit_s", "start_s", "run_s", "num_gpus", "num_nodes", *OPTIONAL)
 
@@ -115,12 +116,13 @@ def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
     num_nodes (0 where the source did not record it: place the GPUs anywhere), gpu_request (GPUs,
     fractional for a share of one GPU; num_gpus where not recorded), gpu_model_request ("" =
     any model), time_limit_s and start_time_s (the recorded start; both may be empty).
-    Jobs that never ran (no run time) or used no GPU are left out: `simulation_skips` counts them.
+    Jobs that never ran (no run time), used no GPU or were still running at the release end
+    (censored: their run time is only a lower bound) are left out: `simulation_skips` counts them.
     """
     jobs = _read_jobs(path)
     gpus = pl.col("gpu_request").fill_null(pl.col("num_gpus").cast(pl.Float64))
     return (
-        jobs.filter(_uses_gpus() & pl.col("run_s").is_not_null())
+        jobs.filter(_uses_gpus() & pl.col("run_s").is_not_null() & ~_censored())
         .select(
             pl.col("job_id"),
             pl.col("user").fill_null(""),
@@ -138,11 +140,17 @@ def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
 
 
 def simulation_skips(path: str | Path) -> dict[str, int]:
-    """How many jobs `jobs_for_simulation` leaves out, and why: cpu-only, never ran."""
+    """How many jobs `jobs_for_simulation` leaves out, and why: cpu-only, never ran, censored."""
     jobs = _read_jobs(path)
-    cpu = jobs.filter(~_uses_gpus()).height
-    never = jobs.filter(_uses_gpus() & pl.col("run_s").is_null()).height
-    return {"cpu-only": cpu, "never ran": never}
+    gpu = jobs.filter(_uses_gpus())
+    never = gpu.filter(pl.col("run_s").is_null()).height
+    censored = gpu.filter(pl.col("run_s").is_not_null() & _censored()).height
+    return {"cpu-only": jobs.height - gpu.height, "never ran": never, "censored": censored}
+
+
+def _censored() -> pl.Expr:
+    """Still running at the release end (not recorded: finished)."""
+    return pl.col("censored").fill_null(False)
 
 
 def _uses_gpus() -> pl.Expr:
