@@ -55,7 +55,7 @@ class Node(NamedTuple):
 class Pool:
     """A range of nodes with a free-count index: `by_free[c]` = nodes with c free, ascending."""
 
-    __slots__ = ("nodes", "by_free", "max_free", "size", "widths", "partial")
+    __slots__ = ("nodes", "by_free", "max_free", "size", "widths", "partial", "freed")
 
     def __init__(self, nodes: range, size: list[int], top: int) -> None:
         """`size[n]`: GPUs of node n (the cluster's list); `top`: the cluster's largest node."""
@@ -69,6 +69,9 @@ class Pool:
         self.max_free = self.widths[0] if nodes else 0
         # GPUs lending shares: (thousandths left, node, GPU), ascending (best fit is a bisect).
         self.partial: list[tuple[int, int, int]] = []
+        # The most free GPUs a node of this pool was left with by a release since the scheduler
+        # last looked (it sets -1 after each pass); 0: only a share came back; -1: nothing.
+        self.freed = top
 
     def width(self) -> int:
         """GPUs of this pool's largest node."""
@@ -319,6 +322,8 @@ class Cluster:
             self.release(alloc)
         else:
             self._lend(pool, node, gpu, left + share)
+            if pool.freed < 0:
+                pool.freed = 0
 
     def freest(self, count: int, pools: tuple[Pool, ...]) -> set[int]:
         """The `count` nodes with the most free GPUs (lowest-numbered among equals): where a
@@ -372,6 +377,19 @@ class Cluster:
             insort(pool.by_free[new], node)
             if new > pool.max_free:
                 pool.max_free = new
+            if new > pool.freed:
+                pool.freed = new
+
+    def all_freed(self) -> None:
+        """Count every node as freed (`Pool.freed`): the scheduler's rules changed."""
+        for pool in self.all_pools:
+            pool.freed = self.gpus_per_node
+
+    def unreserve(self, node: int) -> None:
+        """A node leaves a reservation: to backfill it is as good as freed."""
+        pool = self.pool_of[node]
+        if self.free_count[node] > pool.freed:
+            pool.freed = self.free_count[node]
 
 
 def split(shape: Shape) -> list[int]:

@@ -15,8 +15,11 @@ started), never O(queue).
 Most passes are skipped or narrowed: when only arrivals happened since the last pass (no job ended
 or left), every class that pass tried still fails (free GPUs only shrank, backfill rules only
 tightened), so only the new jobs' classes are tried, and nothing at all under fcfs or while backfill
-behind the blocked head is closed. Per-user limits hold jobs anywhere in the queue, so with them
-every pass is a full one.
+behind the blocked head is closed. On a mixed cluster (several pools, many more classes) a pass
+after jobs ended is narrowed too: a class that failed before can start now only in a pool where a
+released node was left with at least its smallest per-node part free (`Pool.freed`), unless the
+backfill rules changed (a new head, reservation or budget). Per-user limits hold jobs anywhere in
+the queue, so with them every pass is a full one.
 
 Policies (docs/scheduler.md has the details and measurements):
 - fcfs: strict submit order; a head that does not fit blocks everything.
@@ -97,6 +100,11 @@ class Scheduler:
         self.class_of: list[int] = []
         self.lanes: list[Lane] = []  # per class
         self.needs: list[int] = []  # per class: free GPUs one node needs for it to start
+        self.class_pools: list[tuple[Pool, ...]] = []  # per class: the pools it may use
+        # Per class: the free GPUs a released node must be left with for the class to start where
+        # it could not before (`_unlock`); -1 once a job joined the class since the last pass.
+        self.unlocks: list[int] = []
+        self.thresholds: list[int] = []
         self.class_order: list[tuple[int, int]] = []  # (GPUs needed per node, class)
         self.user_limit = self.settings.max_jobs_per_user
         self.is_easy = self.policy == "easy"
@@ -113,11 +121,19 @@ class Scheduler:
         self.budget_used = 0
         # easy: when and on which nodes the head will fit; sing's reserve rule: nodes only (INF)
         self.reservation: tuple[float, set[int]] = (INF, set())
+        self.released = False  # a job ended since sing's reserve rule last swapped nodes
+        self.all_held = False  # every reserved node is wholly free: no swap can help any more
         self.ends: list[tuple[float, int]] = []  # easy: running jobs by estimated end
         # What happened since the last pass, to skip or narrow the next one (module docstring).
         self.freed = False  # a job ended or left the queue: anything may start
         self.fresh: list[int] = []  # jobs queued since
         self.settled = False  # the last pass left only the fresh jobs' classes able to start
+        # The backfill rules changed (a new head, reservation or budget): every class is tried,
+        # not only those that released nodes (`Pool.freed`) or arrivals can have unlocked.
+        self.rules_changed = True
+        # Only on a mixed cluster does narrowing full passes save more than its bookkeeping costs
+        # (several pools and twice the classes); elsewhere `Pool.freed` is never reset.
+        self.narrow = not cluster.uniform
 
     # ---- public API ------------------------------------------------------------------------
 
@@ -152,7 +168,7 @@ class Scheduler:
         if self.state[i] == HELD:
             self.held[self.users[i]].remove(i)
         self.state[i] = DONE  # its lane entries are dropped lazily
-        self.freed = True
+        self.freed = self.rules_changed = True
 
     def schedule(self, now: float) -> list[Placement]:
         """Start what the policy allows now; returns the new placements."""
@@ -197,6 +213,9 @@ class Scheduler:
             cls = self.class_ids[shape, model] = len(self.lanes)
             self.lanes.append(Lane())
             self.needs.append(_need(shape))
+            self.class_pools.append(pools)
+            self.unlocks.append(_unlock(shape))
+            self.thresholds.append(-1)
             bisect.insort(self.class_order, (self.needs[cls], cls))
         self.class_of.append(cls)
         runtime = duration if duration is not None else (limit if limit is not None else INF)
@@ -242,7 +261,9 @@ class Scheduler:
         if self.in_order:
             self.queue.push(entry)
         if self.by_class:
-            self.lanes[self.class_of[i]].push(entry)
+            cls = self.class_of[i]
+            self.lanes[cls].push(entry)
+            self.thresholds[cls] = -1
         self.fresh.append(i)
 
     def release(self, i: int) -> None:
@@ -259,7 +280,7 @@ class Scheduler:
                     self.enqueue(j)
         if self.is_easy:
             del self.ends[bisect.bisect_left(self.ends, (self.end_estimates[i], i))]
-        self.freed = True
+        self.freed = self.released = True
 
     def run_pass(self, now: float) -> list[int]:
         """One scheduling pass; returns the indices of the jobs it started (placed in `allocs`)."""
@@ -270,8 +291,10 @@ class Scheduler:
         return []  # nothing happened since the last pass: whatever could not start still cannot
 
     def _full_pass(self, now: float) -> list[int]:
+        """Start in queue order, then backfill: each class the releases, arrivals or a change
+        of rules since the last pass can have unlocked (every other one failed then, and free
+        GPUs only shrank for it since)."""
         self.freed = False
-        self.fresh = []
         started: list[int] = []
         if self.policy == "sjf":
             self.settled = not self.user_limit
@@ -279,19 +302,46 @@ class Scheduler:
             head = self._start_in_order(now, started)
             self.settled = head >= 0 and not self.user_limit
             if head < 0 or self.policy == "fcfs" or not self._block(head, now):
+                self._forget()
                 return started
+        if self.narrow and (self.rules_changed or self.user_limit):
+            self.cluster.all_freed()
         self._backfill_pass(now, started)
+        if self.narrow:
+            self._forget()
+        else:
+            self.fresh = []
         return started
+
+    def _forget(self) -> None:
+        """A pass tried what had changed: count releases, arrivals and rule changes afresh."""
+        fresh, self.fresh = self.fresh, []
+        if not self.narrow:
+            return
+        for pool in self.cluster.all_pools:
+            pool.freed = -1
+        thresholds, unlocks, class_of = self.thresholds, self.unlocks, self.class_of
+        for i in fresh:
+            cls = class_of[i]
+            thresholds[cls] = unlocks[cls]
+        self.rules_changed = False
 
     def _arrivals_pass(self, now: float) -> list[int]:
         """Only jobs arrived since the last (settled) pass: only their classes may start."""
-        fresh, self.fresh = self.fresh, []
-        if self.policy == "fcfs":  # the head is still blocked
-            return []
         if self.policy == "easy" and now >= self.reservation[0]:
             return self._full_pass(now)  # the head's reservation is due again: a new one
-        most_free, needs, class_of = self.cluster.most_free(), self.needs, self.class_of
+        fresh, self.fresh = self.fresh, []
+        class_of = self.class_of
+        if self.narrow:  # (releases since the last full pass stay counted in `Pool.freed`)
+            thresholds, unlocks = self.thresholds, self.unlocks
+            for i in fresh:
+                thresholds[class_of[i]] = unlocks[class_of[i]]
+        if self.policy == "fcfs":  # the head is still blocked
+            return []
+        most_free, needs = self.cluster.most_free(), self.needs
         fitting = {class_of[i] for i in fresh if needs[class_of[i]] <= most_free}
+        if self.narrow:  # the freest node may be of a model the class cannot use
+            fitting = {cls for cls in fitting if self._fits_now(cls)}
         if not fitting or (self.policy != "sjf" and not self._block(self.head, now)):
             return []
         started: list[int] = []
@@ -338,10 +388,19 @@ class Scheduler:
         lanes, state = self.lanes, self.state
         blocked = self.class_of[self.head] if self.policy != "sjf" else -1
         cands = []
+        class_pools, thresholds, narrow = self.class_pools, self.thresholds, self.narrow
         if only is None:  # (two loops: building a class list first costs a full pass ~5%)
             for per, cls in self.class_order:
                 if per > most_free:
                     break
+                if narrow:
+                    # A pool of the class has room for it, and a release or arrival since the
+                    # last pass may have made that room.
+                    for pool in class_pools[cls]:
+                        if pool.max_free >= per and pool.freed >= thresholds[cls]:
+                            break
+                    else:
+                        continue
                 entry = lanes[cls].head(state) if cls != blocked else None
                 if entry is not None:
                     cands.append((entry, cls))
@@ -393,6 +452,14 @@ class Scheduler:
         except KeyError:
             raise ValueError(f"unknown job {job_id!r}") from None
 
+    def _fits_now(self, cls: int) -> bool:
+        """Whether some node of the class's pools has the free GPUs one of its jobs needs there."""
+        need = self.needs[cls]
+        for pool in self.class_pools[cls]:  # noqa: SIM110 (a loop: any() is slower here)
+            if pool.max_free >= need:
+                return True
+        return False
+
     def _start(self, i: int, alloc: Alloc, now: float, started: list[int]) -> None:
         self.state[i] = RUNNING
         self.allocs[i] = alloc
@@ -415,11 +482,13 @@ class Scheduler:
         if i != self.head:
             self.head, self.head_since, self.budget_used = i, now, 0
             self.reservation = (INF, set())
+            self.rules_changed = True
             if self.policy == "easy":
                 self.reservation = self._reserve(i, now)
         if self.policy == "easy":
             if now >= self.reservation[0]:  # a running job overran its limit: reserve again
                 self.reservation = self._reserve(i, now)
+                self.rules_changed = True
             return True
         rule = self.settings.backfill_rule
         if rule == "budget":
@@ -444,16 +513,24 @@ class Scheduler:
             nodes, _, gpus = self.shapes[i]
             count = nodes or -(-gpus // self.cluster.gpus_per_node)
             self.reservation = (INF, self.cluster.freest(count, self.pools[i]))
+            self.released = self.all_held = False  # any wholly free node is among the freest
             return
+        if self.all_held or not self.released:
+            # Backfill keeps off reserved nodes, so they only gain free GPUs; with starts only
+            # since the last look no node outside became wholly free.
+            return
+        self.released = False
         free_count, size = self.cluster.free_count, self.cluster.size
         for pool in self.pools[i]:
             for node in pool.idle():
                 if node not in reserved:
                     worst = min(reserved, key=lambda n: (free_count[n] - size[n], -n))
                     if free_count[worst] == size[worst]:
+                        self.all_held = True
                         return
                     reserved.remove(worst)
                     reserved.add(node)
+                    self.cluster.unreserve(worst)
 
     def _over_limit(self, i: int) -> bool:
         """Per-user limit: a job of a user at the limit is held until one of theirs ends."""
@@ -533,6 +610,18 @@ def _need(shape: Shape) -> int:
     Placement "any" (0 nodes) can use a single free GPU on each of several nodes.
     """
     return shape[1] if shape[0] else 1
+
+
+def _unlock(shape: Shape) -> int:
+    """The fewest free GPUs a released node must be left with for a job of this shape, which
+    did not fit before, to fit now: its smallest per-node part (1 anywhere; 0 for a share, which
+    a returned share can make room for)."""
+    nodes, per, gpus = shape
+    if not per:
+        return 0
+    if nodes == 0:
+        return 1
+    return split(shape)[-1]
 
 
 def _best_fit(free: dict[int, int], shares: list[int]) -> set[int]:

@@ -98,6 +98,44 @@ def test_mixed_replays_are_feasible(rows) -> None:
         assert run.cluster.free_count == run.cluster.size and not run.cluster.share_left
 
 
+def drive(sched: Scheduler, jobs_: Workload) -> list[tuple[float, str, dict]]:
+    """Replay through the public API (submit, schedule, finish): (time, job, placement) starts."""
+    order = sorted(range(len(jobs_)), key=lambda k: (jobs_.submit[k], k))
+    ends: list[tuple[float, str]] = []
+    started: list[tuple[float, str, dict]] = []
+    while order or ends:
+        now = min(([jobs_.submit[order[0]]] if order else []) + [e for e, _ in ends])
+        for end, job_id in sorted(e for e in ends if e[0] == now):
+            sched.finish(job_id, now)
+            ends.remove((end, job_id))
+        while order and jobs_.submit[order[0]] == now:
+            k = order.pop(0)
+            job = Job(jobs_.job_id[k], jobs_.num_gpus[k], jobs_.user[k], 0, jobs_.duration[k],
+                      None, jobs_.share[k], jobs_.model[k])  # fmt: skip
+            sched.submit(job, now)
+        for placement in sched.schedule(now):
+            started.append((now, placement.job_id, placement.gpus))
+            k = jobs_.job_id.index(placement.job_id)
+            ends.append((now + jobs_.duration[k], placement.job_id))
+    return started
+
+
+@settings(max_examples=400, deadline=None)
+@given(jobs)
+def test_narrowed_passes_start_what_trying_every_class_starts(rows) -> None:
+    """On a mixed cluster a pass tries only the classes that releases, arrivals or new backfill
+    rules since the last pass can have unlocked; trying every class, as on a uniform cluster,
+    starts the same jobs at the same times in the same places."""
+    workload = to_workload(rows)
+    for variant in VARIANTS:
+        kept, _ = fitting(workload, make_cluster(NODES, 0, variant), variant)
+        narrowed = Scheduler(make_cluster(NODES, 0, variant), variant)
+        every_class = Scheduler(make_cluster(NODES, 0, variant), variant)
+        assert narrowed.narrow
+        every_class.narrow = False
+        assert drive(narrowed, kept) == drive(every_class, kept), variant
+
+
 def test_shares_pack_best_fit_on_one_gpu_and_never_straddle() -> None:
     cluster = Cluster.mixed([Node("n1", 2, "T4")])
     pools = cluster.pools_for((1, 0, 600))
