@@ -98,6 +98,7 @@ class Scheduler:
         # A class is numbered when its shape is first seen; class_of[i] is job i's.
         self.class_ids: dict[tuple[Shape, str], int] = {}  # (shape, GPU model)
         self.class_of: list[int] = []
+        self.fitted: dict[tuple[int, int, int, str], tuple[Shape, tuple[Pool, ...]]] = {}
         self.lanes: list[Lane] = []  # per class
         self.needs: list[int] = []  # per class: free GPUs one node needs for it to start
         self.class_pools: list[tuple[Pool, ...]] = []  # per class: the pools it may use
@@ -230,6 +231,10 @@ class Scheduler:
         self, job_id: str, gpus: int, nodes: int = 0, share: int = 0, model: str = ""
     ) -> tuple[Shape, tuple[Pool, ...]]:
         """The shape and pools of a request; ValueError if it can never run on this cluster."""
+        known = self.fitted.get((gpus, nodes, share, model))
+        if known is not None:  # (a trace repeats a few requests many times over)
+            return known
+        request = (gpus, nodes, share, model)
         if gpus < 1:
             raise ValueError(f"job {job_id!r} asks for {gpus} GPUs; needs >= 1")
         if nodes > gpus:
@@ -253,6 +258,7 @@ class Scheduler:
                 f"job {job_id!r} needs {gpus} GPUs on {nodes or 'any'} nodes, more than this "
                 f"{cluster.describe()} cluster can ever give it"
             )
+        self.fitted[request] = shape, pools
         return shape, pools
 
     def enqueue(self, i: int) -> None:
