@@ -62,56 +62,45 @@ WITH j AS (
     FROM jobs
     WHERE {IN_WINDOW}
 ), rows AS (
-    -- The window's jobs' rows of the GPU rollup. A day the window covers whole counts whole;
-    -- the (at most two) days it cuts keep their day in `cut_day`, to be weighed per job below.
-    SELECT cluster, job_id, node, gpu_index, day, first_ts, samples, util_sum, idle_samples,
-           CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
-                ELSE energy_max_j - energy_min_j END AS energy_j,
-           CASE WHEN energy_delta_samples > 0 THEN first_energy_delta_j END AS first_delta_j,
-           CASE WHEN day >= $since AND day + INTERVAL 1 DAY <= $until THEN NULL
-                ELSE day::TIMESTAMPTZ END AS cut_day
+    -- The window's jobs' rows of the GPU rollup, each with the share `f` of its day inside
+    -- the window: 1 for a day the window covers whole; for the (at most two) days it cuts, the
+    -- job's allocated time in the window that day over its allocated time that day.
+    SELECT r.cluster, r.job_id, r.node, r.gpu_index, r.first_ts, r.samples, r.util_sum,
+           r.idle_samples,
+           CASE WHEN r.energy_delta_samples > 0 THEN r.energy_delta_sum_j
+                ELSE r.energy_max_j - r.energy_min_j END AS energy_j,
+           CASE WHEN r.energy_delta_samples > 0 THEN r.first_energy_delta_j END AS first_delta_j,
+           r.day >= date_trunc('day', $since) AND r.day < $until AS in_window,
+           CASE WHEN r.day >= $since AND r.day + INTERVAL 1 DAY <= $until THEN 1
+                ELSE coalesce(greatest(epoch(least(j.w_end, r.day + INTERVAL 1 DAY)
+                                             - greatest(j.w_start, r.day::TIMESTAMPTZ)), 0)
+                              / nullif(epoch(least(j.end_at, r.day + INTERVAL 1 DAY)
+                                             - greatest(j.start_time, r.day::TIMESTAMPTZ)), 0),
+                              0) END AS f
     FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage
           -- literal day bounds: only a constant prunes the day partitions
-          WHERE day >= {{first_day}} AND day <= {{last_day}})
-    SEMI JOIN j USING (cluster, job_id)
-), firsts AS (
-    -- Each GPU's first sample in the job has a delta that reaches back before the job, so it
-    -- is left out, on the GPU's first day in the job whatever the window (a grouping, where a
-    -- window function over every row was most of a year's report).
-    SELECT cluster, job_id, arg_min_null(cut_day, first_ts) AS cut_day,
-           arg_min(day, first_ts) AS day,
-           -coalesce(arg_min_null(first_delta_j, first_ts), 0) AS energy_j
+          WHERE day >= {{first_day}} AND day <= {{last_day}}) r
+    JOIN j USING (cluster, job_id)
+), gpus AS (
+    -- Per job and GPU, its days in the window. The GPU's first sample in the job has a delta
+    -- that reaches back before the job, so it is left out, on the GPU's first day in the job
+    -- whatever the window (a grouping, where a window function over every row was most of a
+    -- year's report; one grouping per GPU, then per job, where one per job and cut day, one
+    -- per GPU and a join back to the jobs took twice as long).
+    SELECT cluster, job_id,
+           sum(f * samples) FILTER (in_window) AS samples,
+           sum(f * util_sum) FILTER (in_window) AS util_sum,
+           sum(f * idle_samples) FILTER (in_window) AS idle_samples,
+           sum(f * energy_j) FILTER (in_window)
+               - arg_min_null(CASE WHEN in_window THEN f * coalesce(first_delta_j, 0) ELSE 0 END,
+                              first_ts) AS energy_j
     FROM rows GROUP BY cluster, job_id, node, gpu_index
-), parts AS (
-    SELECT cluster, job_id, cut_day, sum(samples) AS samples, sum(util_sum) AS util_sum,
-           sum(idle_samples) AS idle_samples, sum(energy_j) AS energy_j
-    FROM rows WHERE day >= date_trunc('day', $since) AND day < $until
-    GROUP BY ALL
-    UNION ALL
-    SELECT cluster, job_id, cut_day, 0, 0, 0, sum(energy_j)
-    FROM firsts WHERE day >= date_trunc('day', $since) AND day < $until
-    GROUP BY ALL
-), days AS (
-    -- The share of a cut day's figures inside the window: the job's allocated time in the
-    -- window that day over its allocated time that day.
-    SELECT p.cluster, p.job_id, sum(p.samples) AS samples, sum(p.util_sum) AS util_sum,
-           sum(p.idle_samples) AS idle_samples, sum(p.energy_j) AS energy_j,
-           CASE WHEN p.cut_day IS NULL THEN 1
-                WHEN any_value(full_s) > 0 THEN greatest(any_value(window_s), 0) / any_value(full_s)
-                ELSE (p.cut_day >= $since AND p.cut_day + INTERVAL 1 DAY <= $until)::INT END AS f
-    FROM parts p JOIN j USING (cluster, job_id),
-    LATERAL (SELECT
-        epoch(least(j.end_at, p.cut_day + INTERVAL 1 DAY) - greatest(j.start_time, p.cut_day))
-            AS full_s,
-        epoch(least(j.w_end, p.cut_day + INTERVAL 1 DAY) - greatest(j.w_start, p.cut_day))
-            AS window_s)
-    GROUP BY p.cluster, p.job_id, p.cut_day
 ), measured AS (
     SELECT cluster, job_id,
-           sum(f * util_sum) / nullif(sum(f * samples), 0) AS mean_util,
-           sum(f * idle_samples) / nullif(sum(f * samples), 0) AS idle_share,
-           sum(f * energy_j) AS gpu_energy_j
-    FROM days GROUP BY ALL
+           sum(util_sum) / nullif(sum(samples), 0) AS mean_util,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
+           sum(energy_j) AS gpu_energy_j
+    FROM gpus GROUP BY ALL
 )
 SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.num_gpus, j.nodes, j.start_time,
        j.w_start, j.w_end, j.wait_s,
