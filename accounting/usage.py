@@ -41,7 +41,8 @@ FIGURES = (
     "carbon_kg",
 )
 
-# One row per job overlapping the window, with its figures inside the window.
+# One row per job overlapping the window and GPU model it ran on, with its figures inside the
+# window.
 IN_WINDOW = """
     start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
     AND ($cluster IS NULL OR cluster = $cluster) AND ($account IS NULL OR account = $account)
@@ -101,34 +102,31 @@ WITH j AS (
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            sum(energy_j) AS gpu_energy_j
     FROM gpus GROUP BY ALL
-)
-SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.num_gpus, j.nodes, j.start_time,
-       j.w_start, j.w_end, j.wait_s,
-       j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
-       m.mean_util, m.idle_share, m.gpu_energy_j
-FROM j LEFT JOIN measured m USING (cluster, job_id)
-"""
-
-# Per job and GPU model: the job's share (its nodes of that model over all its nodes; Slurm
-# gives every node of a job the same GPUs) and GPU-seconds there x the share of each node's GPUs
-# held, for the host power. A job without a node list or inventory has model NULL.
-JOB_MODELS_SQL = f"""
-WITH versions AS ({NODE_VERSIONS_SQL}),
-on_nodes AS (
+), versions AS ({NODE_VERSIONS_SQL}
+), on_nodes AS (
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, unnest(nodes) AS node,
            len(nodes) AS n
-    FROM _jobs WHERE len(nodes) > 0
+    FROM j WHERE len(nodes) > 0
     UNION ALL
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, NULL, 1
-    FROM _jobs WHERE coalesce(len(nodes), 0) = 0
+    FROM j WHERE coalesce(len(nodes), 0) = 0
+), models AS (
+    -- Per job and GPU model: the job's share (its nodes of that model over all its nodes;
+    -- Slurm gives every node of a job the same GPUs) and GPU-seconds there x the share of each
+    -- node's GPUs held, for the host power. A job without a node list or inventory has model
+    -- NULL.
+    SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
+           sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
+               AS host_s
+    FROM on_nodes o
+    LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
+     AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
+    GROUP BY ALL
 )
-SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
-       sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
-           AS host_s
-FROM on_nodes o
-LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
- AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
-GROUP BY ALL
+SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.w_start, j.w_end, j.wait_s,
+       j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
+       m.mean_util, m.idle_share, m.gpu_energy_j, md.model, md.share, md.host_s
+FROM j LEFT JOIN measured m USING (cluster, job_id) LEFT JOIN models md USING (cluster, job_id)
 """
 
 
@@ -172,7 +170,7 @@ def usage(
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
     params = {**_window(since, until, now), "cluster": cluster, "account": account}
     jobs = con.sql(_job_window_sql(con, params), params=params).pl()
-    rows = _per_model(con, jobs, settings).join(
+    rows = _weighted(jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
     grouped = _aggregate(_figures(rows, settings), list(keys), settings)
@@ -193,19 +191,12 @@ def _job_window_sql(con: duckdb.DuckDBPyConnection, params: dict) -> str:
     return JOB_WINDOW_SQL.format(first_day=f"DATE '{first}'", last_day=f"DATE '{last}'")
 
 
-def _per_model(
-    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings
-) -> pl.DataFrame:
-    """`jobs` split into one row per job and GPU model, with the model's weight and power."""
-    con.register("_jobs", jobs.to_arrow())
-    try:
-        models = con.sql(JOB_MODELS_SQL).pl()
-    finally:
-        con.unregister("_jobs")
-    names = models["model"].drop_nulls().unique().to_list()
+def _weighted(jobs: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
+    """Each job's rows per GPU model with the model's weight and host power."""
+    names = jobs["model"].drop_nulls().unique().to_list()
     weights = {m: settings.weight(m) for m in names}
     power = {m: settings.node_power(m) for m in names}
-    return jobs.join(models, on=["cluster", "job_id"], how="left").with_columns(
+    return jobs.with_columns(
         share=pl.col("share").fill_null(1.0),
         weight=pl.col("model").replace_strict(weights, default=settings.default_weight),
         node_power_w=pl.col("model").replace_strict(power, default=settings.node_power_w),
@@ -215,7 +206,9 @@ def _per_model(
 def _intensity(
     con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings, params: dict
 ) -> pl.DataFrame:
-    """(cluster, job_id, g_per_kwh): by the hour of use from the series, else the constant."""
+    """(cluster, job_id, g_per_kwh): by the hour of use from the series, else the constant;
+    one row per job of `jobs` (which has one per job and GPU model)."""
+    jobs = jobs.select("cluster", "job_id", "w_start", "w_end").unique(["cluster", "job_id"])
     if settings.carbon_intensity_file:
         series = carbon.load_series(settings.carbon_intensity_file)
         return carbon.job_intensity(con, jobs, series, params)
