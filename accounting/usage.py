@@ -41,7 +41,8 @@ FIGURES = (
     "carbon_kg",
 )
 
-# One row per job overlapping the window, with its figures inside the window.
+# One row per job overlapping the window and GPU model it ran on, with its figures inside the
+# window.
 IN_WINDOW = """
     start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
     AND ($cluster IS NULL OR cluster = $cluster) AND ($account IS NULL OR account = $account)
@@ -62,84 +63,70 @@ WITH j AS (
     FROM jobs
     WHERE {IN_WINDOW}
 ), rows AS (
-    -- The window's jobs' rows of the GPU rollup. A day the window covers whole counts whole;
-    -- the (at most two) days it cuts keep their day in `cut_day`, to be weighed per job below.
-    SELECT cluster, job_id, node, gpu_index, day, first_ts, samples, util_sum, idle_samples,
-           CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
-                ELSE energy_max_j - energy_min_j END AS energy_j,
-           CASE WHEN energy_delta_samples > 0 THEN first_energy_delta_j END AS first_delta_j,
-           CASE WHEN day >= $since AND day + INTERVAL 1 DAY <= $until THEN NULL
-                ELSE day::TIMESTAMPTZ END AS cut_day
+    -- The window's jobs' rows of the GPU rollup, each with the share `f` of its day inside
+    -- the window: 1 for a day the window covers whole; for the (at most two) days it cuts, the
+    -- job's allocated time in the window that day over its allocated time that day.
+    SELECT r.cluster, r.job_id, r.node, r.gpu_index, r.first_ts, r.samples, r.util_sum,
+           r.idle_samples,
+           CASE WHEN r.energy_delta_samples > 0 THEN r.energy_delta_sum_j
+                ELSE r.energy_max_j - r.energy_min_j END AS energy_j,
+           CASE WHEN r.energy_delta_samples > 0 THEN r.first_energy_delta_j END AS first_delta_j,
+           r.day >= date_trunc('day', $since) AND r.day < $until AS in_window,
+           CASE WHEN r.day >= $since AND r.day + INTERVAL 1 DAY <= $until THEN 1
+                ELSE coalesce(greatest(epoch(least(j.w_end, r.day + INTERVAL 1 DAY)
+                                             - greatest(j.w_start, r.day::TIMESTAMPTZ)), 0)
+                              / nullif(epoch(least(j.end_at, r.day + INTERVAL 1 DAY)
+                                             - greatest(j.start_time, r.day::TIMESTAMPTZ)), 0),
+                              0) END AS f
     FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_usage
           -- literal day bounds: only a constant prunes the day partitions
-          WHERE day >= {{first_day}} AND day <= {{last_day}})
-    SEMI JOIN j USING (cluster, job_id)
-), firsts AS (
-    -- Each GPU's first sample in the job has a delta that reaches back before the job, so it
-    -- is left out, on the GPU's first day in the job whatever the window (a grouping, where a
-    -- window function over every row was most of a year's report).
-    SELECT cluster, job_id, arg_min_null(cut_day, first_ts) AS cut_day,
-           arg_min(day, first_ts) AS day,
-           -coalesce(arg_min_null(first_delta_j, first_ts), 0) AS energy_j
+          WHERE day >= {{first_day}} AND day <= {{last_day}}) r
+    JOIN j USING (cluster, job_id)
+), gpus AS (
+    -- Per job and GPU, its days in the window. The GPU's first sample in the job has a delta
+    -- that reaches back before the job, so it is left out, on the GPU's first day in the job
+    -- whatever the window (a grouping, where a window function over every row was most of a
+    -- year's report; one grouping per GPU, then one per job, where groupings per job and cut
+    -- day and a lateral join back to the jobs took a quarter more CPU).
+    SELECT cluster, job_id,
+           sum(f * samples) FILTER (in_window) AS samples,
+           sum(f * util_sum) FILTER (in_window) AS util_sum,
+           sum(f * idle_samples) FILTER (in_window) AS idle_samples,
+           sum(f * energy_j) FILTER (in_window)
+               - arg_min_null(CASE WHEN in_window THEN f * coalesce(first_delta_j, 0) ELSE 0 END,
+                              first_ts) AS energy_j
     FROM rows GROUP BY cluster, job_id, node, gpu_index
-), parts AS (
-    SELECT cluster, job_id, cut_day, sum(samples) AS samples, sum(util_sum) AS util_sum,
-           sum(idle_samples) AS idle_samples, sum(energy_j) AS energy_j
-    FROM rows WHERE day >= date_trunc('day', $since) AND day < $until
-    GROUP BY ALL
-    UNION ALL
-    SELECT cluster, job_id, cut_day, 0, 0, 0, sum(energy_j)
-    FROM firsts WHERE day >= date_trunc('day', $since) AND day < $until
-    GROUP BY ALL
-), days AS (
-    -- The share of a cut day's figures inside the window: the job's allocated time in the
-    -- window that day over its allocated time that day.
-    SELECT p.cluster, p.job_id, sum(p.samples) AS samples, sum(p.util_sum) AS util_sum,
-           sum(p.idle_samples) AS idle_samples, sum(p.energy_j) AS energy_j,
-           CASE WHEN p.cut_day IS NULL THEN 1
-                WHEN any_value(full_s) > 0 THEN greatest(any_value(window_s), 0) / any_value(full_s)
-                ELSE (p.cut_day >= $since AND p.cut_day + INTERVAL 1 DAY <= $until)::INT END AS f
-    FROM parts p JOIN j USING (cluster, job_id),
-    LATERAL (SELECT
-        epoch(least(j.end_at, p.cut_day + INTERVAL 1 DAY) - greatest(j.start_time, p.cut_day))
-            AS full_s,
-        epoch(least(j.w_end, p.cut_day + INTERVAL 1 DAY) - greatest(j.w_start, p.cut_day))
-            AS window_s)
-    GROUP BY p.cluster, p.job_id, p.cut_day
 ), measured AS (
     SELECT cluster, job_id,
-           sum(f * util_sum) / nullif(sum(f * samples), 0) AS mean_util,
-           sum(f * idle_samples) / nullif(sum(f * samples), 0) AS idle_share,
-           sum(f * energy_j) AS gpu_energy_j
-    FROM days GROUP BY ALL
-)
-SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.num_gpus, j.nodes, j.start_time,
-       j.w_start, j.w_end, j.wait_s,
-       j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
-       m.mean_util, m.idle_share, m.gpu_energy_j
-FROM j LEFT JOIN measured m USING (cluster, job_id)
-"""
-
-# Per job and GPU model: the job's share (its nodes of that model over all its nodes; Slurm
-# gives every node of a job the same GPUs) and GPU-seconds there x the share of each node's GPUs
-# held, for the host power. A job without a node list or inventory has model NULL.
-JOB_MODELS_SQL = f"""
-WITH versions AS ({NODE_VERSIONS_SQL}),
-on_nodes AS (
+           sum(util_sum) / nullif(sum(samples), 0) AS mean_util,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
+           sum(energy_j) AS gpu_energy_j
+    FROM gpus GROUP BY ALL
+), versions AS ({NODE_VERSIONS_SQL}
+), on_nodes AS (
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, unnest(nodes) AS node,
            len(nodes) AS n
-    FROM _jobs WHERE len(nodes) > 0
+    FROM j WHERE len(nodes) > 0
     UNION ALL
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, NULL, 1
-    FROM _jobs WHERE coalesce(len(nodes), 0) = 0
+    FROM j WHERE coalesce(len(nodes), 0) = 0
+), models AS (
+    -- Per job and GPU model: the job's share (its nodes of that model over all its nodes;
+    -- Slurm gives every node of a job the same GPUs) and GPU-seconds there x the share of each
+    -- node's GPUs held, for the host power. A job without a node list or inventory has model
+    -- NULL.
+    SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
+           sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
+               AS host_s
+    FROM on_nodes o
+    LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
+     AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
+    GROUP BY ALL
 )
-SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
-       sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
-           AS host_s
-FROM on_nodes o
-LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
- AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
-GROUP BY ALL
+SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.w_start, j.w_end, j.wait_s,
+       j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
+       m.mean_util, m.idle_share, m.gpu_energy_j, md.model, md.share, md.host_s
+FROM j LEFT JOIN measured m USING (cluster, job_id) LEFT JOIN models md USING (cluster, job_id)
 """
 
 
@@ -183,7 +170,7 @@ def usage(
         raise UserError(f"usage by {by!r}: choose one of {', '.join(GROUPS)}")
     params = {**_window(since, until, now), "cluster": cluster, "account": account}
     jobs = con.sql(_job_window_sql(con, params), params=params).pl()
-    rows = _per_model(con, jobs, settings).join(
+    rows = _weighted(jobs, settings).join(
         _intensity(con, jobs, settings, params), on=["cluster", "job_id"], how="left"
     )
     grouped = _aggregate(_figures(rows, settings), list(keys), settings)
@@ -204,19 +191,12 @@ def _job_window_sql(con: duckdb.DuckDBPyConnection, params: dict) -> str:
     return JOB_WINDOW_SQL.format(first_day=f"DATE '{first}'", last_day=f"DATE '{last}'")
 
 
-def _per_model(
-    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings
-) -> pl.DataFrame:
-    """`jobs` split into one row per job and GPU model, with the model's weight and power."""
-    con.register("_jobs", jobs.to_arrow())
-    try:
-        models = con.sql(JOB_MODELS_SQL).pl()
-    finally:
-        con.unregister("_jobs")
-    names = models["model"].drop_nulls().unique().to_list()
+def _weighted(jobs: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
+    """Each job's rows per GPU model with the model's weight and host power."""
+    names = jobs["model"].drop_nulls().unique().to_list()
     weights = {m: settings.weight(m) for m in names}
     power = {m: settings.node_power(m) for m in names}
-    return jobs.join(models, on=["cluster", "job_id"], how="left").with_columns(
+    return jobs.with_columns(
         share=pl.col("share").fill_null(1.0),
         weight=pl.col("model").replace_strict(weights, default=settings.default_weight),
         node_power_w=pl.col("model").replace_strict(power, default=settings.node_power_w),
@@ -226,7 +206,9 @@ def _per_model(
 def _intensity(
     con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: AccountingSettings, params: dict
 ) -> pl.DataFrame:
-    """(cluster, job_id, g_per_kwh): by the hour of use from the series, else the constant."""
+    """(cluster, job_id, g_per_kwh): by the hour of use from the series, else the constant;
+    one row per job of `jobs` (which has one per job and GPU model)."""
+    jobs = jobs.select("cluster", "job_id", "w_start", "w_end").unique(["cluster", "job_id"])
     if settings.carbon_intensity_file:
         series = carbon.load_series(settings.carbon_intensity_file)
         return carbon.job_intensity(con, jobs, series, params)

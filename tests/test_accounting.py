@@ -9,15 +9,16 @@ hand in the test's docstring or comments.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from accounting.periods import period_window
 from accounting.settings import AccountingSettings
-from accounting.usage import usage
+from accounting.usage import snapshot, usage
 from collector.counters import CounterDeltas
 from sing.errors import UserError
 from tests.test_analytics import (
@@ -30,6 +31,8 @@ from tests.test_analytics import (
     run_sing,
     sample_times,
 )
+from warehouse import synthetic
+from warehouse.rollups import IDLE_SAMPLE_UTIL
 from warehouse.store import Warehouse
 
 DAY = timedelta(days=1)
@@ -411,3 +414,81 @@ def test_one_accounts_statement(tmp_path: Path) -> None:
     assert users["user"].to_list() == ["bob"]
     bob = usage(con, "account", since, until, settings, now=at(48), account="bob-lab")
     assert bob["remaining_units"].to_list() == [pytest.approx(-1.0)]
+
+
+GENERATED_END = datetime(2026, 3, 5, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
+    """Four days of a 2 x 4 GPU cluster from the synthetic generator (the bench's history in
+    small), its closed days rolled up and compacted."""
+    wh = Warehouse(tmp_path_factory.mktemp("generated") / "wh")
+    synthetic.generate(wh, nodes=2, gpus_per_node=4, days=4, seed=3, end=GENERATED_END)
+    return wh
+
+
+def from_samples(wh: Warehouse, by: str, since: datetime, until: datetime) -> pl.DataFrame:
+    """The figures of whole UTC days straight from the raw samples, the method in plain polars:
+    per job, its samples in the window (less each GPU's first sample in the job, for energy)
+    and its allocated hours there, summed per group."""
+    con = wh.connect()
+    samples = con.sql(
+        "SELECT cluster, job_id, node, gpu_index, ts, util, energy_delta_j FROM gpu_samples "
+        "WHERE job_id IS NOT NULL"
+    ).pl()
+    jobs = con.sql("SELECT * FROM jobs WHERE start_time IS NOT NULL").pl()
+    gpu = ["cluster", "job_id", "node", "gpu_index"]
+    measured = (
+        samples.with_columns(first=pl.col("ts") == pl.col("ts").min().over(gpu))
+        .filter(pl.col("ts").is_between(since, until, closed="left"))
+        .group_by("cluster", "job_id")
+        .agg(
+            mean_util=pl.col("util").cast(pl.Float64).mean(),
+            idle_share=(pl.col("util") < IDLE_SAMPLE_UTIL).mean(),
+            energy_j=pl.col("energy_delta_j").filter(~pl.col("first")).sum(),
+        )
+    )
+    w_start = pl.max_horizontal("start_time", pl.lit(since))
+    w_end = pl.min_horizontal(pl.col("end_time").fill_null(GENERATED_END), pl.lit(until))
+    hours = pl.col("num_gpus") * (w_end - w_start).dt.total_seconds() / 3600
+    return (
+        jobs.with_columns(allocated=hours, model=pl.lit(synthetic.GPU_MODEL))
+        .filter(pl.col("allocated") > 0)
+        .join(measured, on=["cluster", "job_id"], how="left")
+        .group_by(by)
+        .agg(
+            jobs=pl.len(),
+            allocated_gpu_hours=pl.col("allocated").sum(),
+            used_gpu_hours=(pl.col("allocated") * pl.col("mean_util")).sum(),
+            idle_gpu_hours=(pl.col("allocated") * pl.col("idle_share")).sum(),
+            energy_kwh=pl.col("energy_j").sum() / KWH,
+        )
+    )
+
+
+@pytest.mark.parametrize("by", ["account", "user", "partition", "model"])
+def test_usage_of_whole_days_equals_the_raw_samples(generated: Warehouse, by: str) -> None:
+    """Over the whole history and over one day of it, every group's figures equal the ones
+    worked out from the raw samples: the per-day rollups and each GPU's first sample
+    (left out on its first day in the job, whatever the window) add up exactly."""
+    start = GENERATED_END - 4 * DAY
+    for since, until in ((start, GENERATED_END), (start + DAY, start + 2 * DAY)):
+        got = usage(
+            snapshot(generated, since, until, GENERATED_END),
+            by,
+            since,
+            until,
+            AccountingSettings(),
+            now=GENERATED_END,
+        )
+        want = from_samples(generated, by, since, until)
+        assert set(got[by]) == set(want[by])
+        columns = list(want.columns)
+        assert_frame_equal(
+            got.select(columns).sort(by),
+            want.sort(by),
+            check_dtypes=False,
+            rel_tol=1e-9,
+            abs_tol=1e-9,
+        )
