@@ -135,17 +135,20 @@ def snapshot(
     since: datetime | None,
     until: datetime | None,
     now: datetime | None = None,
+    carbon_series: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """A connection holding only what `usage` reads: the job, GPU and node records, and the
     GPU rollups from the first day a job of the window started (opening every table's files
     was most of a month's report; a view of the raw samples, never read here, a third of a
-    year's snapshot). The job records are opened first, to find that day."""
+    year's snapshot). The job records are opened first, to find that day. The hourly rollup
+    only serves a carbon intensity series (`carbon_series`: the settings have one)."""
     params = {**_window(since, until, now), "cluster": None, "account": None}
     con = warehouse.connect({"jobs": None})
     try:
         ((first,),) = con.sql(FIRST_DAY_SQL, params=params).fetchall()
         warehouse.add_views(con, {"job_gpus": None, "nodes": None})
-        warehouse.add_rollup_views(con, ROLLUPS_READ, first or params["since"].date())
+        rollups = ROLLUPS_READ if carbon_series else ROLLUPS_READ[:1]
+        warehouse.add_rollup_views(con, rollups, first or params["since"].date())
     except BaseException:
         con.close()
         raise

@@ -61,7 +61,8 @@ def timed(by: str, since: datetime | None, until: datetime, settings: Accounting
     total, cpu, connect = [], [], []
     for _ in range(1 + WARM_RUNS):
         started, cpu_started = time.perf_counter(), time.process_time()
-        con = snapshot(Warehouse(CACHE), since, until, END)
+        series = bool(settings.carbon_intensity_file)
+        con = snapshot(Warehouse(CACHE), since, until, END, carbon_series=series)
         connected = time.perf_counter()
         usage(con, by, since, until, settings, now=END)
         total.append(time.perf_counter() - started)
@@ -78,7 +79,7 @@ def timed(by: str, since: datetime | None, until: datetime, settings: Accounting
 def statements_of(month: str) -> int:
     """Every account's statement for `month`, as `sing report statement --all` builds them (a
     snapshot, two usage queries, then each account's HTML)."""
-    con = snapshot(Warehouse(CACHE), *period_window(month), END)
+    con = snapshot(Warehouse(CACHE), *period_window(month), END, carbon_series=False)
     found = statement.statements(con, month, SETTINGS, now=END)
     for one in found:
         statement.render_html(one, "campus")

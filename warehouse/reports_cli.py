@@ -273,10 +273,16 @@ def cmd_statement(args: argparse.Namespace, config: Config) -> int:
         raise UserError("--account needs --out FILE.html (or use --all DIR)")
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     now = report_now(wh, args.now)
+    settings = accounting_settings(config)
     found = statement.statements(
-        snapshot(wh, *period_window(args.period, "--period"), now),
+        snapshot(
+            wh,
+            *period_window(args.period, "--period"),
+            now,
+            carbon_series=bool(settings.carbon_intensity_file),
+        ),
         args.period,
-        accounting_settings(config),
+        settings,
         accounts=[args.account] if args.account else None,
         now=now,
         cluster=args.cluster,
@@ -302,7 +308,7 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     settings = accounting_settings(config)
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     now = report_now(wh, args.now)
-    con = snapshot(wh, since, until, now)
+    con = snapshot(wh, since, until, now, carbon_series=bool(settings.carbon_intensity_file))
     frame = usage(con, args.by, since, until, settings, now=now, cluster=args.cluster)
     notes = method(settings)
     if args.json:
