@@ -65,14 +65,7 @@ def exporter_registry(root: Path, health: bool = True) -> CollectorRegistry:
     nvml = FakeNvml(load_description(None), node="bench")
     world = FakeWorld(root, nvml)
     world.sync()  # a static tree: the bench times the exporter's reads, not the fake's writes
-    collector = NodeCollector(
-        nvml,
-        str(world.sysfs_root),
-        str(world.proc_root),
-        str(world.mapping_dir),
-        0.0,
-        health=health,
-    )
+    collector = NodeCollector(nvml, *world.roots, 0.0, health=health)
     return node_registry(collector, process_metrics=False)
 
 

@@ -185,7 +185,7 @@ def _start_node(
         nvml = FakeNvml(description, state, name)
         if not explicit_roots:  # the fake node's files, in step with its state
             world = FakeWorld(fake_root / (name or "node"), nvml)
-            roots = (str(world.sysfs_root), str(world.proc_root), str(world.mapping_dir))
+            roots = world.roots
             before_read = world.sync
     collector = NodeCollector(
         nvml,

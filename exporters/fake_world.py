@@ -69,6 +69,11 @@ class FakeWorld:
         self._job_files: dict[Path, str] = {}
         self._at: float | None = None
 
+    @property
+    def roots(self) -> tuple[str, str, str]:
+        """The sysfs, procfs and job-mapping roots an exporter reads this node from."""
+        return str(self.sysfs_root), str(self.proc_root), str(self.mapping_dir)
+
     def sync(self) -> None:
         self._sync_jobs()
         self._sync_rdma()

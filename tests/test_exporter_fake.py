@@ -36,15 +36,7 @@ def sample(page: str, prefix: str) -> float:
 def world_registry(nvml: FakeNvml, root: Path, clock: Clock) -> tuple[CollectorRegistry, FakeWorld]:
     """A registry reading a fake node and its fake sysfs/procfs tree at `root`, no caching."""
     world = FakeWorld(root, nvml)
-    collector = NodeCollector(
-        nvml,
-        str(world.sysfs_root),
-        str(world.proc_root),
-        str(world.mapping_dir),
-        0.0,
-        before_read=world.sync,
-        wall_clock=clock,
-    )
+    collector = NodeCollector(nvml, *world.roots, 0.0, before_read=world.sync, wall_clock=clock)
     return node_registry(collector, process_metrics=False), world
 
 
