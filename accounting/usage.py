@@ -41,8 +41,7 @@ FIGURES = (
     "carbon_kg",
 )
 
-# One row per job overlapping the window and GPU model it ran on, with its figures inside the
-# window.
+# The jobs that overlap the window (of the cluster and account asked for, if any).
 IN_WINDOW = """
     start_time IS NOT NULL AND start_time < $until AND coalesce(end_time, $now) > $since
     AND ($cluster IS NULL OR cluster = $cluster) AND ($account IS NULL OR account = $account)
@@ -53,6 +52,8 @@ FIRST_DAY_SQL = f"SELECT min(start_time)::DATE FROM jobs WHERE {IN_WINDOW}"
 # The rollups `usage` reads: per job and GPU by day, and per GPU by hour (the carbon series).
 ROLLUPS_READ = ("job_gpu_usage", "gpu_hourly")
 
+# One row per job overlapping the window and GPU model it ran on, with its figures inside the
+# window.
 JOB_WINDOW_SQL = f"""
 WITH j AS (
     SELECT cluster, job_id, user, account, partition, num_gpus, nodes, start_time,

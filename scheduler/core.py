@@ -231,10 +231,10 @@ class Scheduler:
         self, job_id: str, gpus: int, nodes: int = 0, share: int = 0, model: str = ""
     ) -> tuple[Shape, tuple[Pool, ...]]:
         """The shape and pools of a request; ValueError if it can never run on this cluster."""
-        known = self.fitted.get((gpus, nodes, share, model))
+        request = (gpus, nodes, share, model)
+        known = self.fitted.get(request)
         if known is not None:  # (a trace repeats a few requests many times over)
             return known
-        request = (gpus, nodes, share, model)
         if gpus < 1:
             raise ValueError(f"job {job_id!r} asks for {gpus} GPUs; needs >= 1")
         if nodes > gpus:
