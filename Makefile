@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo demo-reset lint format bench clean
+.PHONY: setup test demo demo-reset lint format bench native clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,13 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The replay's hot modules compiled with mypyc (needs a C compiler and the Python headers; optional:
+# without a current build the same sources run as pure Python). See scheduler/native.py.
+native: $(STAMP)
+	$(BIN)/python -m scheduler.native build
+
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var build/native

@@ -37,11 +37,11 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 Alloc = list[tuple[int, list[int]]]  # (node index, GPU indices on that node)
 Shape = tuple[int, int, int]  # (nodes, per_node, gpus); see the module docstring
-WHOLE = 1000  # a GPU in thousandths: the unit of shares
+WHOLE: Final = 1000  # a GPU in thousandths: the unit of shares
 
 
 class Node(NamedTuple):
@@ -107,35 +107,39 @@ class Cluster:
 
     def __init__(
         self,
-        nodes: int,
-        gpus_per_node: int,
+        nodes: int | Sequence[Node],
+        gpus_per_node: int = 0,
         *,
         names: Sequence[str] | None = None,
         small_pool_nodes: int = 0,
         small_job_max_gpus: int = 1,
     ) -> None:
-        if nodes < 1 or gpus_per_node < 1:
-            raise ValueError(
-                f"a cluster needs >= 1 node and >= 1 GPU per node, got {nodes}x{gpus_per_node}"
-            )
-        width = len(str(nodes - 1))
-        given = names or [f"node{i:0{width}d}" for i in range(nodes)]
-        if len(given) != nodes:
-            raise ValueError(f"need {nodes} distinct node names, got {list(given)}")
-        self._build([Node(n, gpus_per_node) for n in given], small_pool_nodes, small_job_max_gpus)
+        """`nodes` x `gpus_per_node` GPUs on nodes called `names` (default node0, node1, ...),
+        or the nodes of a node list (`Cluster.mixed`)."""
+        if isinstance(nodes, int):
+            if nodes < 1 or gpus_per_node < 1:
+                raise ValueError(
+                    f"a cluster needs >= 1 node and >= 1 GPU per node, got {nodes}x{gpus_per_node}"
+                )
+            width = len(str(nodes - 1))
+            given = names or [f"node{i:0{width}d}" for i in range(nodes)]
+            if len(given) != nodes:
+                raise ValueError(f"need {nodes} distinct node names, got {list(given)}")
+            listed = [Node(n, gpus_per_node) for n in given]
+        else:
+            if not nodes or any(n.gpus < 1 for n in nodes):
+                raise ValueError("a cluster needs >= 1 node, each with >= 1 GPU")
+            if small_pool_nodes and len({n.gpu_model for n in nodes}) > 1:
+                raise ValueError("small_pool_nodes needs a cluster of one GPU model")
+            listed = list(nodes)
+        self._build(listed, small_pool_nodes, small_job_max_gpus)
 
     @classmethod
     def mixed(
         cls, nodes: Sequence[Node], *, small_pool_nodes: int = 0, small_job_max_gpus: int = 1
     ) -> Cluster:
         """A cluster of these nodes (GPU counts and models may differ)."""
-        if not nodes or any(n.gpus < 1 for n in nodes):
-            raise ValueError("a cluster needs >= 1 node, each with >= 1 GPU")
-        if small_pool_nodes and len({n.gpu_model for n in nodes}) > 1:
-            raise ValueError("small_pool_nodes needs a cluster of one GPU model")
-        cluster = cls.__new__(cls)
-        cluster._build(list(nodes), small_pool_nodes, small_job_max_gpus)
-        return cluster
+        return cls(nodes, small_pool_nodes=small_pool_nodes, small_job_max_gpus=small_job_max_gpus)
 
     def _build(self, given: list[Node], small_pool_nodes: int, small_job_max_gpus: int) -> None:
         count = len(given)
@@ -172,8 +176,6 @@ class Cluster:
             for node in pool.nodes:
                 self.pool_of[node] = pool
         self.all_pools = (*every, self.small)
-        if len(self.all_pools) > 2:
-            self.most_free = self._most_free_of_all  # type: ignore[method-assign]
 
     @property
     def nodes(self) -> int:
@@ -213,7 +215,7 @@ class Cluster:
         () if the cluster has none of it."""
         pools = self.model_pools.get(model)
         if pools is None:
-            named = dict.fromkeys(m.strip() for m in model.split("|") if m.strip())
+            named = dict.fromkeys([m.strip() for m in model.split("|") if m.strip()])
             pools = tuple(p for m in named for p in self.model_pools.get(m, ()))
             self.model_pools[model] = pools
         return pools
@@ -227,12 +229,7 @@ class Cluster:
 
     def most_free(self) -> int:
         """Most free GPUs on any one node: no job needing more per node can start now."""
-        general, small = self.general.max_free, self.small.max_free
-        return general if general >= small else small
-
-    def _most_free_of_all(self) -> int:
-        """`most_free` of a cluster of several models (a loop: faster than max() here)."""
-        best = 0
+        best = 0  # (a loop: faster than max() here)
         for pool in self.all_pools:
             if pool.max_free > best:
                 best = pool.max_free

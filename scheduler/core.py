@@ -38,13 +38,17 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from heapq import heapify, heappop, heapreplace
+from typing import Final
 
 from scheduler.cluster import WHOLE, Alloc, Cluster, Pool, Shape, split
 from scheduler.lane import WAITING, Entry, Lane
 from scheduler.settings import SchedulerSettings
 
-HELD, RUNNING, DONE = 1, 2, 3  # job states after WAITING (0, scheduler.lane)
-INF = math.inf
+# Job states after WAITING (0, scheduler.lane). Final: the compiled build inlines them.
+HELD: Final = 1
+RUNNING: Final = 2
+DONE: Final = 3
+INF: Final = math.inf
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class Scheduler:
         self.estimates: list[float] = []  # runtime easy assumes: the time limit, else the runtime
         self.end_estimates: list[float] = []
         self.state: list[int] = []
-        self.allocs: list[Alloc | None] = []
+        self.allocs: list[Alloc] = []  # [] until started
         # Waiting jobs: all in queue order (fcfs, sing, easy), and by class (sing, easy, sjf).
         self.queue = Lane()
         # A class is numbered when its shape is first seen; class_of[i] is job i's.
@@ -224,7 +228,7 @@ class Scheduler:
         self.estimates.append(limit if limit is not None else runtime)
         self.end_estimates.append(INF)
         self.state.append(DONE)
-        self.allocs.append(None)
+        self.allocs.append([])
         return i
 
     def fit(
@@ -356,7 +360,7 @@ class Scheduler:
 
     def _start_in_order(self, now: float, started: list[int]) -> int:
         """Start jobs in queue order until one does not fit; returns that blocked head (or -1)."""
-        queue, state, place = self.queue, self.state, self.cluster.place
+        queue, state, cluster = self.queue, self.state, self.cluster
         shapes, pools, user_limit = self.shapes, self.pools, self.user_limit
         i = self.blocked
         if (
@@ -376,7 +380,7 @@ class Scheduler:
             i = entry[1]
             if user_limit and self._over_limit(i):
                 continue
-            alloc = place(shapes[i], pools[i])
+            alloc = cluster.place(shapes[i], pools[i])
             if alloc is None:
                 self.blocked = i
                 return i
@@ -393,7 +397,7 @@ class Scheduler:
         most_free = self.cluster.most_free()
         lanes, state = self.lanes, self.state
         blocked = self.class_of[self.head] if self.policy != "sjf" else -1
-        cands = []
+        cands: list[Entry] = []  # each candidate class's head (its job names the class)
         class_pools, thresholds, narrow = self.class_pools, self.thresholds, self.narrow
         if only is None:  # (two loops: building a class list first costs a full pass ~5%)
             for per, cls in self.class_order:
@@ -409,23 +413,24 @@ class Scheduler:
                         continue
                 entry = lanes[cls].head(state) if cls != blocked else None
                 if entry is not None:
-                    cands.append((entry, cls))
+                    cands.append(entry)
         else:
             for cls in only:
                 entry = lanes[cls].head(state) if cls != blocked else None
                 if entry is not None:
-                    cands.append((entry, cls))
+                    cands.append(entry)
         heapify(cands)
         easy = self.is_easy
         # sing's budget rule: GPUs backfilled past this head may total at most `cap`.
         cap = self.settings.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
         cluster, needs = self.cluster, self.needs
-        place, shapes, pools = cluster.place, self.shapes, self.pools
+        shapes, pools = self.shapes, self.pools
         reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
         user_limit, gpus = self.user_limit, self.gpus
+        class_of = self.class_of
         while cands:
-            entry, cls = cands[0]
-            i = entry[1]
+            i: int = cands[0][1]
+            cls = class_of[i]
             lane = lanes[cls]
             if user_limit and self._over_limit(i):
                 alloc = None  # i is held: go on with the next of its class
@@ -435,7 +440,7 @@ class Scheduler:
                 elif self.budget_used + gpus[i] > cap:
                     alloc = None
                 else:
-                    alloc = place(shapes[i], pools[i], reserved)
+                    alloc = cluster.place(shapes[i], pools[i], reserved)
                 if alloc is None:
                     heappop(cands)  # a class that failed stays failed for this pass
                     continue
@@ -448,7 +453,7 @@ class Scheduler:
             if entry is None:
                 heappop(cands)
             else:
-                heapreplace(cands, (entry, cls))
+                heapreplace(cands, entry)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -496,10 +501,11 @@ class Scheduler:
                 self.reservation = self._reserve(i, now)
                 self.rules_changed = True
             return True
-        rule = self.settings.backfill_rule
+        settings = self.settings
+        rule = settings.backfill_rule
         if rule == "budget":
-            return self.budget_used < self.settings.backfill_budget * self.gpus[i]
-        waited = now - self.head_since >= self.settings.max_head_wait_s
+            return self.budget_used < settings.backfill_budget * self.gpus[i]
+        waited = now - self.head_since >= settings.max_head_wait_s
         if rule == "wait":
             return not waited
         if waited:
@@ -549,11 +555,11 @@ class Scheduler:
     def _easy_backfill(self, i: int, lane: Lane, now: float) -> tuple[int, Alloc | None]:
         """May job `i` (head of its class) or one behind it start without delaying the blocked
         head's reservation? Returns (job, alloc)."""
-        place = self.cluster.place
+        cluster = self.cluster
         until, reserved = self.reservation
         if now + self.estimates[i] <= until:
-            return i, place(self.shapes[i], self.pools[i])
-        alloc = place(self.shapes[i], self.pools[i], reserved)
+            return i, cluster.place(self.shapes[i], self.pools[i])
+        alloc = cluster.place(self.shapes[i], self.pools[i], reserved)
         if alloc is not None or not self.settings.easy_depth:
             return i, alloc
         # The oldest job of this class is too long to end before the reservation and there is no
@@ -565,7 +571,7 @@ class Scheduler:
                 and now + self.estimates[j] <= until
                 and not (limit and running[users[j]] >= limit)
             ):
-                return j, place(self.shapes[j], self.pools[j])
+                return j, cluster.place(self.shapes[j], self.pools[j])
         return i, None
 
     def _reserve(self, i: int, now: float) -> tuple[float, set[int]]:

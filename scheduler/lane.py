@@ -13,10 +13,13 @@ skipped entries are dropped in bulk now and then, so memory stays proportional t
 from __future__ import annotations
 
 from bisect import insort
+from typing import Final
 
-Entry = tuple[float, int]  # (priority, job index)
-WAITING = 0  # the job state `head` looks for (scheduler.core's state codes)
-COMPACT_AT = 4096  # drop skipped entries once this many have piled up at the front
+# (priority, job index). A plain `tuple`, not tuple[float, int]: a compiled build (scheduler.native)
+# then hands the entry itself around instead of unpacking and repacking it at every call.
+Entry = tuple
+WAITING: Final = 0  # the job state `head` looks for (scheduler.core's state codes)
+COMPACT_AT: Final = 4096  # drop skipped entries once this many have piled up at the front
 
 
 class Lane:

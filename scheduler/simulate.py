@@ -134,18 +134,17 @@ def _run(sched: Scheduler, submit: list[float], duration: list[float]) -> list[f
     start = [0.0] * n
     arrivals = [*submit, math.inf]  # the sentinel ends the arrivals
     ends: list[tuple[float, int]] = []
-    enqueue, release, run_pass = sched.enqueue, sched.release, sched.run_pass
     k = 0
     while k < n or ends:
         now = arrivals[k]
         if ends and ends[0][0] <= now:
             now = ends[0][0]
             while ends and ends[0][0] <= now:
-                release(heappop(ends)[1])
+                sched.release(heappop(ends)[1])
         while arrivals[k] <= now:
-            enqueue(k)
+            sched.enqueue(k)
             k += 1
-        for i in run_pass(now):
+        for i in sched.run_pass(now):
             start[i] = now
             heappush(ends, (now + duration[i], i))
     return start
