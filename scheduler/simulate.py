@@ -133,18 +133,31 @@ def _run(sched: Scheduler, submit: list[float], duration: list[float]) -> list[f
     n = len(submit)
     start = [0.0] * n
     arrivals = [*submit, math.inf]  # the sentinel ends the arrivals
-    ends: list[tuple[float, int]] = []
+    # Distinct end times in a heap of plain floats (cheaper to compare than (time, job) pairs),
+    # and the jobs ending at each, released in job order.
+    ends: list[float] = []
+    ending: dict[float, list[int]] = {}
     k = 0
     while k < n or ends:
         now = arrivals[k]
-        if ends and ends[0][0] <= now:
-            now = ends[0][0]
-            while ends and ends[0][0] <= now:
-                sched.release(heappop(ends)[1])
+        if ends and ends[0] <= now:
+            now = heappop(ends)
+            done = ending[now]
+            del ending[now]
+            if len(done) > 1:
+                done.sort()
+            for i in done:
+                sched.release(i)
         while arrivals[k] <= now:
             sched.enqueue(k)
             k += 1
         for i in sched.run_pass(now):
             start[i] = now
-            heappush(ends, (now + duration[i], i))
+            end = now + duration[i]
+            together = ending.get(end)
+            if together is None:
+                ending[end] = [i]
+                heappush(ends, end)
+            else:
+                together.append(i)
     return start
