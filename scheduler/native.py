@@ -21,7 +21,9 @@ from scheduler import COMPILED, DEFAULT_BUILD, SOURCES, fingerprint
 
 
 def build(out: Path) -> None:
-    """Compile the modules into `out`, replacing what was there."""
+    """Compile the modules into `out`, replacing what was there. The new build is staged beside it
+    and renamed into place, so a process starting meanwhile finds the old build, none (pure
+    Python), or the new one: never a half-written one."""
     from mypyc.build import mypycify  # dev extras: needed only here
     from setuptools import Distribution
 
@@ -44,9 +46,15 @@ def build(out: Path) -> None:
             dist.run_command("build_ext")
         finally:
             os.chdir(here)
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(Path(scratch) / "lib", out)
-    (out / "FINGERPRINT").write_text(fingerprint() + "\n")
+        staged, retired = out.with_name(out.name + ".new"), out.with_name(out.name + ".old")
+        for leftover in (staged, retired):
+            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.copytree(Path(scratch) / "lib", staged)
+    (staged / "FINGERPRINT").write_text(fingerprint() + "\n")
+    if out.exists():
+        out.rename(retired)
+    staged.rename(out)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
