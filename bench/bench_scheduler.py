@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import scheduler
 from scheduler.cluster import Node
 from scheduler.settings import POLICIES, SchedulerSettings
 from scheduler.simulate import fitting, make_cluster, replay
@@ -62,8 +63,6 @@ def cpu_rate(workload: Workload, nodes: int | list[Node], policy: str) -> float:
 
 def child(policy: str) -> None:
     """One build's rates for `policy` on every path, as JSON (SING_NATIVE picks the build)."""
-    import scheduler
-
     paths = workloads()
     rates = {name: cpu_rate(*paths[name], policy) for name in PATHS}
     print(json.dumps({"native": scheduler.NATIVE, "rates": rates}))
@@ -83,8 +82,6 @@ def rates_of(policy: str, native: str) -> dict[str, float] | None:
 def compiled_build(scratch: Path) -> str | None:
     """A current compiled build: the checkout's, else one made in `scratch`; None if none can be
     made here (no C compiler or headers)."""
-    import scheduler
-
     if scheduler.NATIVE:
         return str(scheduler.build_dir())
     from scheduler.native import build
