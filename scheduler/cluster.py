@@ -34,10 +34,15 @@ and a GPU lending shares is not free for whole-GPU jobs.
 
 from __future__ import annotations
 
+import bisect
 import re
-from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
 from typing import Final, NamedTuple
+
+# Library functions the hot paths call, as Final names: a compiled build (scheduler/native.py)
+# reads a Final name from a C variable instead of looking it up in the module's dict per call.
+bisect_left: Final = bisect.bisect_left
+insort: Final = bisect.insort
 
 Alloc = list[tuple[int, list[int]]]  # (node index, GPU indices on that node)
 Shape = tuple[int, int, int]  # (nodes, per_node, gpus); see the module docstring

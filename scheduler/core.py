@@ -34,15 +34,22 @@ Policies (docs/scheduler.md has the details and measurements):
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from heapq import heapify, heappop, heapreplace
 from typing import Final
 
 from scheduler.cluster import WHOLE, Alloc, Cluster, Pool, Shape, split
 from scheduler.lane import WAITING, Entry, Lane
 from scheduler.settings import SchedulerSettings
+
+# Final: compiled, read from a C variable, not looked up per call (see scheduler/cluster.py).
+bisect_left: Final = bisect.bisect_left
+insort: Final = bisect.insort
+heapify: Final = heapq.heapify
+heappop: Final = heapq.heappop
+heapreplace: Final = heapq.heapreplace
 
 # Job states after WAITING (0, scheduler.lane). Final: the compiled build inlines them.
 HELD: Final = 1
@@ -112,11 +119,18 @@ class Scheduler:
         self.thresholds: list[int] = []
         self.class_order: list[tuple[int, int]] = []  # (GPUs needed per node, class)
         self.user_limit = self.settings.max_jobs_per_user
+        # The policy and rules as flags and numbers: a pass tests them many times, and comparing
+        # strings or reading the (uncompiled) settings object costs more than the test.
         self.is_easy = self.policy == "easy"
-        self.in_order = self.policy != "sjf"  # a queue-order lane and a head
-        self.by_class = self.policy != "fcfs"  # class lanes, for backfill
+        self.is_sjf = self.policy == "sjf"
+        self.is_fcfs = self.policy == "fcfs"
+        self.in_order = not self.is_sjf  # a queue-order lane and a head
+        self.by_class = not self.is_fcfs  # class lanes, for backfill
         # sing's budget rule caps backfill per head (else backfill is bounded by time, or free)
         self.budget_rule = self.policy == "sing" and self.settings.backfill_rule == "budget"
+        self.wait_rule = self.policy == "sing" and self.settings.backfill_rule == "wait"
+        self.backfill_budget: float = self.settings.backfill_budget
+        self.max_head_wait_s: float = self.settings.max_head_wait_s
         self.running_by_user: Counter[str] = Counter()
         self.held: defaultdict[str, list[int]] = defaultdict(list)
         self.blocked = -1  # the head job the last pass could not start (all but sjf)
@@ -221,10 +235,10 @@ class Scheduler:
             self.class_pools.append(pools)
             self.unlocks.append(_unlock(shape))
             self.thresholds.append(-1)
-            bisect.insort(self.class_order, (self.needs[cls], cls))
+            insort(self.class_order, (self.needs[cls], cls))
         self.class_of.append(cls)
         runtime = duration if duration is not None else (limit if limit is not None else INF)
-        self.entries.append((runtime if self.policy == "sjf" else i, i))
+        self.entries.append((runtime if self.is_sjf else i, i))
         self.estimates.append(limit if limit is not None else runtime)
         self.end_estimates.append(INF)
         self.state.append(DONE)
@@ -289,7 +303,7 @@ class Scheduler:
                 for j in self.held.pop(user):
                     self.enqueue(j)
         if self.is_easy:
-            del self.ends[bisect.bisect_left(self.ends, (self.end_estimates[i], i))]
+            del self.ends[bisect_left(self.ends, (self.end_estimates[i], i))]
         self.freed = self.released = True
 
     def run_pass(self, now: float) -> list[int]:
@@ -306,12 +320,12 @@ class Scheduler:
         GPUs only shrank for it since)."""
         self.freed = False
         started: list[int] = []
-        if self.policy == "sjf":
+        if self.is_sjf:
             self.settled = not self.user_limit
         else:
             head = self._start_in_order(now, started)
             self.settled = head >= 0 and not self.user_limit
-            if head < 0 or self.policy == "fcfs" or not self._block(head, now):
+            if head < 0 or self.is_fcfs or not self._block(head, now):
                 self._forget()
                 return started
         if self.narrow and (self.rules_changed or self.user_limit):
@@ -338,7 +352,7 @@ class Scheduler:
 
     def _arrivals_pass(self, now: float) -> list[int]:
         """Only jobs arrived since the last (settled) pass: only their classes may start."""
-        if self.policy == "easy" and now >= self.reservation[0]:
+        if self.is_easy and now >= self.reservation[0]:
             return self._full_pass(now)  # the head's reservation is due again: a new one
         fresh, self.fresh = self.fresh, []
         class_of = self.class_of
@@ -346,13 +360,13 @@ class Scheduler:
             thresholds, unlocks = self.thresholds, self.unlocks
             for i in fresh:
                 thresholds[class_of[i]] = unlocks[class_of[i]]
-        if self.policy == "fcfs":  # the head is still blocked
+        if self.is_fcfs:  # the head is still blocked
             return []
         most_free, needs = self.cluster.most_free(), self.needs
         fitting = {class_of[i] for i in fresh if needs[class_of[i]] <= most_free}
         if self.narrow:  # the freest node may be of a model the class cannot use
             fitting = {cls for cls in fitting if self._fits_now(cls)}
-        if not fitting or (self.policy != "sjf" and not self._block(self.head, now)):
+        if not fitting or (not self.is_sjf and not self._block(self.head, now)):
             return []
         started: list[int] = []
         self._backfill_pass(now, started, fitting)
@@ -363,14 +377,9 @@ class Scheduler:
         queue, state, cluster = self.queue, self.state, self.cluster
         shapes, pools, user_limit = self.shapes, self.pools, self.user_limit
         i = self.blocked
-        if (
-            i >= 0
-            and state[i] == WAITING
-            and not user_limit
-            and self.needs[self.class_of[i]] > self.cluster.most_free()
-        ):
-            # Still the head (only later jobs joined the queue since; without user limits no job
-            # re-enters it ahead) and still too big for the freest node.
+        if i >= 0 and state[i] == WAITING and not user_limit and self._still_blocked(i):
+            # Still the head: only later jobs joined the queue since (without user limits no job
+            # re-enters it ahead).
             return i
         while True:
             entry = queue.head(state)
@@ -387,6 +396,21 @@ class Scheduler:
             queue.pop()
             self._start(i, alloc, now, started)
 
+    def _still_blocked(self, i: int) -> bool:
+        """Whether blocked head `i` cannot fit yet, known without placing it: it is too big for
+        the freest node, or (mixed cluster) no release since it failed left a node of its pools
+        with its smallest per-node part free (`Pool.freed`), so no node newly has room for it."""
+        cls = self.class_of[i]
+        if self.needs[cls] > self.cluster.most_free():
+            return True
+        if not self.narrow:
+            return False
+        unlock = self.unlocks[cls]
+        for pool in self.class_pools[cls]:  # noqa: SIM110 (a loop: any() is slower here)
+            if pool.freed >= unlock:
+                return False
+        return True
+
     def _backfill_pass(self, now: float, started: list[int], only: set[int] | None = None) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
@@ -396,7 +420,7 @@ class Scheduler:
         """
         most_free = self.cluster.most_free()
         lanes, state = self.lanes, self.state
-        blocked = self.class_of[self.head] if self.policy != "sjf" else -1
+        blocked = self.class_of[self.head] if not self.is_sjf else -1
         cands: list[Entry] = []  # each candidate class's head (its job names the class)
         class_pools, thresholds, narrow = self.class_pools, self.thresholds, self.narrow
         if only is None:  # (two loops: building a class list first costs a full pass ~5%)
@@ -422,7 +446,7 @@ class Scheduler:
         heapify(cands)
         easy = self.is_easy
         # sing's budget rule: GPUs backfilled past this head may total at most `cap`.
-        cap = self.settings.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
+        cap = self.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
         cluster, needs = self.cluster, self.needs
         shapes, pools = self.shapes, self.pools
         reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
@@ -479,7 +503,7 @@ class Scheduler:
         if self.is_easy:
             end = now + self.estimates[i]
             self.end_estimates[i] = end
-            bisect.insort(self.ends, (end, i))
+            insort(self.ends, (end, i))
         started.append(i)
 
     def _block(self, i: int, now: float) -> bool:
@@ -494,19 +518,17 @@ class Scheduler:
             self.head, self.head_since, self.budget_used = i, now, 0
             self.reservation = (INF, set())
             self.rules_changed = True
-            if self.policy == "easy":
+            if self.is_easy:
                 self.reservation = self._reserve(i, now)
-        if self.policy == "easy":
+        if self.is_easy:
             if now >= self.reservation[0]:  # a running job overran its limit: reserve again
                 self.reservation = self._reserve(i, now)
                 self.rules_changed = True
             return True
-        settings = self.settings
-        rule = settings.backfill_rule
-        if rule == "budget":
-            return self.budget_used < settings.backfill_budget * self.gpus[i]
-        waited = now - self.head_since >= settings.max_head_wait_s
-        if rule == "wait":
+        if self.budget_rule:
+            return self.budget_used < self.backfill_budget * self.gpus[i]
+        waited = now - self.head_since >= self.max_head_wait_s
+        if self.wait_rule:
             return not waited
         if waited:
             self._hold_nodes(i)

@@ -12,8 +12,11 @@ skipped entries are dropped in bulk now and then, so memory stays proportional t
 
 from __future__ import annotations
 
-from bisect import insort
+import bisect
 from typing import Final
+
+# Final: compiled, read from a C variable, not looked up per call (see scheduler/cluster.py).
+insort: Final = bisect.insort
 
 # (priority, job index). A plain `tuple`, not tuple[float, int]: a compiled build (scheduler.native)
 # then hands the entry itself around instead of unpacking and repacking it at every call.

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import heapq
 import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from heapq import heappop, heappush
+from typing import Final
 
 from scheduler.cluster import WHOLE, Alloc, Cluster, Node
 from scheduler.core import Scheduler
 from scheduler.settings import SchedulerSettings
 from scheduler.workload import Workload
+
+# Final: compiled, read from a C variable, not looked up per call (see scheduler/cluster.py).
+heappop: Final = heapq.heappop
+heappush: Final = heapq.heappush
 
 
 @dataclasses.dataclass
