@@ -60,7 +60,7 @@ class Node(NamedTuple):
 class Pool:
     """A range of nodes with a free-count index: `by_free[c]` = nodes with c free, ascending."""
 
-    __slots__ = ("nodes", "by_free", "max_free", "size", "widths", "partial", "freed")
+    __slots__ = ("nodes", "by_free", "max_free", "size", "widths", "partial", "freed", "room")
 
     def __init__(self, nodes: range, size: list[int], top: int) -> None:
         """`size[n]`: GPUs of node n (the cluster's list); `top`: the cluster's largest node."""
@@ -77,6 +77,9 @@ class Pool:
         # The most free GPUs a node of this pool was left with by a release since the scheduler
         # last looked (it sets -1 after each pass); 0: only a share came back; -1: nothing.
         self.freed = top
+        # Most free GPUs on one node open to backfill (outside a reservation): set by the
+        # scheduler at the start of each backfill pass (`most_free_outside`), stale after.
+        self.room = 0
 
     def width(self) -> int:
         """GPUs of this pool's largest node."""
@@ -94,6 +97,23 @@ class Pool:
 
     def free_gpus(self) -> int:
         return sum(c * len(bucket) for c, bucket in enumerate(self.by_free))
+
+    def most_free_outside(self, avoid: Collection[int]) -> int:
+        """Most free GPUs on one node not in `avoid`."""
+        if not avoid:
+            return self.max_free
+        by_free = self.by_free
+        for c in range(self.max_free, 0, -1):
+            for node in by_free[c]:
+                if node not in avoid:
+                    return c
+        return 0
+
+    def share_room(self, share: int) -> bool:
+        """Whether a share of `share` thousandths can go here now without a reservation in the
+        way: some GPU lends enough, or a whole GPU is open (`room`)."""
+        partial = self.partial
+        return self.room > 0 or (bool(partial) and partial[-1][0] >= share)
 
     def best_fit(self, need: int, avoid: Collection[int] = ()) -> int:
         """The node with the fewest free GPUs >= `need` (lowest-numbered of those), not in

@@ -113,6 +113,7 @@ class Scheduler:
         self.lanes: list[Lane] = []  # per class
         self.needs: list[int] = []  # per class: free GPUs one node needs for it to start
         self.class_pools: list[tuple[Pool, ...]] = []  # per class: the pools it may use
+        self.class_shares: list[int] = []  # per class: thousandths of a share; 0 = whole GPUs
         # Per class: the free GPUs a released node must be left with for the class to start where
         # it could not before (`_unlock`); -1 once a job joined the class since the last pass.
         self.unlocks: list[int] = []
@@ -233,6 +234,7 @@ class Scheduler:
             self.lanes.append(Lane())
             self.needs.append(_need(shape))
             self.class_pools.append(pools)
+            self.class_shares.append(0 if shape[1] else shape[2])
             self.unlocks.append(_unlock(shape))
             self.thresholds.append(-1)
             insort(self.class_order, (self.needs[cls], cls))
@@ -414,42 +416,49 @@ class Scheduler:
     def _backfill_pass(self, now: float, started: list[int], only: set[int] | None = None) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
-        Only classes whose shape can fit in the currently freest node are looked at (`only`, if
-        given, holds such classes: the caller checked); within a pass free GPUs only shrink, so a
-        class that fails to place is dropped for the pass.
+        Only classes whose shape can fit in the freest node open to backfill (outside sing's
+        reservation) are looked at (`only`, if given, holds classes that fit in the freest node:
+        the caller checked); within a pass free GPUs only shrink, so a class that fails to place
+        is dropped for the pass.
         """
-        most_free = self.cluster.most_free()
+        easy = self.is_easy
+        reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
+        most_free = 0
+        for pool in self.cluster.all_pools:
+            pool.room = pool.most_free_outside(() if easy else reserved)
+            if pool.room > most_free:
+                most_free = pool.room
         lanes, state = self.lanes, self.state
         blocked = self.class_of[self.head] if not self.is_sjf else -1
         cands: list[Entry] = []  # each candidate class's head (its job names the class)
-        class_pools, thresholds, narrow = self.class_pools, self.thresholds, self.narrow
-        if only is None:  # (two loops: building a class list first costs a full pass ~5%)
-            for per, cls in self.class_order:
-                if per > most_free:
+        needs, class_pools, class_shares = self.needs, self.class_pools, self.class_shares
+        thresholds, narrow = self.thresholds, self.narrow
+        # (two loops: building a class list first costs a full pass ~5%)
+        for per, cls in self.class_order if only is None else [(needs[c], c) for c in only]:
+            if per > most_free:
+                if only is None:
                     break
-                if narrow:
-                    # A pool of the class has room for it, and a release or arrival since the
-                    # last pass may have made that room.
-                    for pool in class_pools[cls]:
-                        if pool.max_free >= per and pool.freed >= thresholds[cls]:
-                            break
-                    else:
-                        continue
-                entry = lanes[cls].head(state) if cls != blocked else None
-                if entry is not None:
-                    cands.append(entry)
-        else:
-            for cls in only:
-                entry = lanes[cls].head(state) if cls != blocked else None
-                if entry is not None:
-                    cands.append(entry)
+                continue
+            if narrow:
+                # A pool of the class has room for it, and (a full pass) a release or arrival
+                # since the last pass may have made that room.
+                share = class_shares[cls]
+                threshold = thresholds[cls] if only is None else -1
+                for pool in class_pools[cls]:
+                    if pool.freed >= threshold and (
+                        pool.share_room(share) if share else pool.room >= per
+                    ):
+                        break
+                else:
+                    continue
+            entry = lanes[cls].head(state) if cls != blocked else None
+            if entry is not None:
+                cands.append(entry)
         heapify(cands)
-        easy = self.is_easy
         # sing's budget rule: GPUs backfilled past this head may total at most `cap`.
         cap = self.backfill_budget * self.gpus[self.head] if self.budget_rule else INF
         cluster, needs = self.cluster, self.needs
         shapes, pools = self.shapes, self.pools
-        reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
         user_limit, gpus = self.user_limit, self.gpus
         class_of = self.class_of
         while cands:

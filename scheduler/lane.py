@@ -34,7 +34,7 @@ class Lane:
 
     def push(self, entry: Entry) -> None:
         items = self.items
-        if not items or entry >= items[-1]:
+        if not items or entry[0] > items[-1][0]:  # (priorities first: cheaper than two tuples)
             items.append(entry)
         else:
             insort(items, entry, self.pos)
@@ -43,7 +43,10 @@ class Lane:
         """The first entry of a waiting job, skipping (for good) those of jobs that left."""
         items, pos = self.items, self.pos
         end = len(items)
-        while pos < end and state[items[pos][1]] != WAITING:
+        while pos < end:
+            job: int = items[pos][1]  # (typed: compiled, the state test is a C compare)
+            if state[job] == WAITING:
+                break
             pos += 1
         if pos != self.pos:
             if pos >= COMPACT_AT and 2 * pos > end:
