@@ -102,9 +102,12 @@ class Pool:
         """Most free GPUs on one node not in `avoid`."""
         if not avoid:
             return self.max_free
-        by_free = self.by_free
+        by_free, reserved = self.by_free, len(avoid)
         for c in range(self.max_free, 0, -1):
-            for node in by_free[c]:
+            bucket = by_free[c]
+            if len(bucket) > reserved:  # (more nodes than `avoid` holds: one is outside it)
+                return c
+            for node in bucket:
                 if node not in avoid:
                     return c
         return 0

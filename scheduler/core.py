@@ -418,14 +418,15 @@ class Scheduler:
 
         Only classes whose shape can fit in the freest node open to backfill (outside sing's
         reservation) are looked at (`only`, if given, holds classes that fit in the freest node:
-        the caller checked); within a pass free GPUs only shrink, so a class that fails to place
-        is dropped for the pass.
+        the caller checked); within a pass free GPUs only shrink, so a class that fails to place,
+        or has no room left (`Pool.room`, kept current as jobs start), is dropped for the pass.
         """
         easy = self.is_easy
         reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
+        avoid = () if easy else reserved  # (easy may use reserved nodes: `_easy_backfill`)
         most_free = 0
         for pool in self.cluster.all_pools:
-            pool.room = pool.most_free_outside(() if easy else reserved)
+            pool.room = pool.most_free_outside(avoid)
             if pool.room > most_free:
                 most_free = pool.room
         lanes, state = self.lanes, self.state
@@ -460,10 +461,13 @@ class Scheduler:
         cluster, needs = self.cluster, self.needs
         shapes, pools = self.shapes, self.pools
         user_limit, gpus = self.user_limit, self.gpus
-        class_of = self.class_of
+        class_of, pool_of = self.class_of, cluster.pool_of
         while cands:
             i: int = cands[0][1]
             cls = class_of[i]
+            if not user_limit and not self._has_room(cls):
+                heappop(cands)  # the class no longer fits outside the reservation
+                continue
             lane = lanes[cls]
             if user_limit and self._over_limit(i):
                 alloc = None  # i is held: go on with the next of its class
@@ -479,9 +483,9 @@ class Scheduler:
                     continue
                 self._start(i, alloc, now, started)
                 self.budget_used += gpus[i]
-                if not user_limit and needs[cls] > cluster.most_free():
-                    heappop(cands)  # the class no longer fits anywhere
-                    continue
+                for node, _ in alloc:
+                    pool = pool_of[node]
+                    pool.room = pool.most_free_outside(avoid)
             entry = lane.head(state)
             if entry is None:
                 heappop(cands)
@@ -495,6 +499,15 @@ class Scheduler:
             return self.index[job_id]
         except KeyError:
             raise ValueError(f"unknown job {job_id!r}") from None
+
+    def _has_room(self, cls: int) -> bool:
+        """Whether a pool of the class has room for one of its jobs outside the reservation
+        (`Pool.room`, set by the backfill pass)."""
+        per, share = self.needs[cls], self.class_shares[cls]
+        for pool in self.class_pools[cls]:
+            if pool.share_room(share) if share else pool.room >= per:
+                return True
+        return False
 
     def _fits_now(self, cls: int) -> bool:
         """Whether some node of the class's pools has the free GPUs one of its jobs needs there."""
