@@ -98,16 +98,13 @@ class Pool:
     def free_gpus(self) -> int:
         return sum(c * len(bucket) for c, bucket in enumerate(self.by_free))
 
-    def most_free_outside(self, avoid: Collection[int]) -> int:
+    def most_free_outside(self, avoid: set[int]) -> int:
         """Most free GPUs on one node not in `avoid`."""
         if not avoid:
             return self.max_free
-        by_free, reserved = self.by_free, len(avoid)
+        by_free = self.by_free
         for c in range(self.max_free, 0, -1):
-            bucket = by_free[c]
-            if len(bucket) > reserved:  # (more nodes than `avoid` holds: one is outside it)
-                return c
-            for node in bucket:
+            for node in by_free[c]:
                 if node not in avoid:
                     return c
         return 0
@@ -361,8 +358,6 @@ class Cluster:
                 break
         return set(chosen)
 
-    # _take and release run once per job per replay: the free-count index update is inlined.
-
     def _take(self, node: int, k: int) -> list[int]:
         """Take the `k` lowest-numbered free GPUs of `node`."""
         stack = self.free[node]
@@ -376,10 +371,8 @@ class Cluster:
         self.free_count[node] = c - k
         pool = self.pool_of[node]
         by_free = pool.by_free
-        bucket = by_free[c]
-        del bucket[bisect_left(bucket, node)]
-        insort(by_free[c - k], node)
-        if c == pool.max_free and not bucket:
+        _move(by_free, node, c, c - k)
+        if c == pool.max_free and not by_free[c]:
             while c and not by_free[c]:
                 c -= 1
             pool.max_free = c
@@ -397,9 +390,7 @@ class Cluster:
             c = free_count[node]
             new = free_count[node] = c + k
             pool = pool_of[node]
-            bucket = pool.by_free[c]
-            del bucket[bisect_left(bucket, node)]
-            insort(pool.by_free[new], node)
+            _move(pool.by_free, node, c, new)
             if new > pool.max_free:
                 pool.max_free = new
             if new > pool.freed:
@@ -415,6 +406,22 @@ class Cluster:
         pool = self.pool_of[node]
         if self.free_count[node] > pool.freed:
             pool.freed = self.free_count[node]
+
+
+def _move(by_free: list[list[int]], node: int, old: int, new: int) -> None:
+    """Move `node` from bucket `old` of a free-count index to bucket `new`, both kept sorted.
+    Half the time the node is its old bucket's first or goes last in the new one: those are
+    tried before a bisect."""
+    bucket = by_free[old]
+    if bucket[0] == node:
+        del bucket[0]
+    else:
+        del bucket[bisect_left(bucket, node)]
+    bucket = by_free[new]
+    if not bucket or node > bucket[-1]:
+        bucket.append(node)
+    else:
+        insort(bucket, node)
 
 
 def split(shape: Shape) -> list[int]:

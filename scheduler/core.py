@@ -423,12 +423,16 @@ class Scheduler:
         """
         easy = self.is_easy
         reserved = self.reservation[1]  # sing's reserve rule: backfill keeps off these nodes
-        avoid = () if easy else reserved  # (easy may use reserved nodes: `_easy_backfill`)
+        # (easy may use reserved nodes: `_easy_backfill`)
+        avoid: set[int] = set() if easy else reserved
         most_free = 0
         for pool in self.cluster.all_pools:
-            pool.room = pool.most_free_outside(avoid)
-            if pool.room > most_free:
-                most_free = pool.room
+            room = pool.max_free
+            if room and avoid:
+                room = pool.most_free_outside(avoid)
+            pool.room = room
+            if room > most_free:
+                most_free = room
         lanes, state = self.lanes, self.state
         blocked = self.class_of[self.head] if not self.is_sjf else -1
         cands: list[Entry] = []  # each candidate class's head (its job names the class)
@@ -461,7 +465,7 @@ class Scheduler:
         cluster, needs = self.cluster, self.needs
         shapes, pools = self.shapes, self.pools
         user_limit, gpus = self.user_limit, self.gpus
-        class_of, pool_of = self.class_of, cluster.pool_of
+        class_of, pool_of, free_count = self.class_of, cluster.pool_of, cluster.free_count
         while cands:
             i: int = cands[0][1]
             cls = class_of[i]
@@ -483,9 +487,10 @@ class Scheduler:
                     continue
                 self._start(i, alloc, now, started)
                 self.budget_used += gpus[i]
-                for node, _ in alloc:
+                for node, taken in alloc:
                     pool = pool_of[node]
-                    pool.room = pool.most_free_outside(avoid)
+                    if free_count[node] + len(taken) >= pool.room:  # (else the room is as it was)
+                        pool.room = pool.most_free_outside(avoid)
             entry = lane.head(state)
             if entry is None:
                 heappop(cands)
