@@ -118,7 +118,7 @@ class Scheduler:
         # it could not before (`_unlock`); -1 once a job joined the class since the last pass.
         self.unlocks: list[int] = []
         self.thresholds: list[int] = []
-        self.class_order: list[tuple[int, int]] = []  # (GPUs needed per node, class)
+        self.classes_by_need: list[int] = []  # by GPUs needed per node, then class
         self.user_limit = self.settings.max_jobs_per_user
         # The policy and rules as flags and numbers: a pass tests them many times, and comparing
         # strings or reading the (uncompiled) settings object costs more than the test.
@@ -237,7 +237,7 @@ class Scheduler:
             self.class_shares.append(0 if shape[1] else shape[2])
             self.unlocks.append(_unlock(shape))
             self.thresholds.append(-1)
-            insort(self.class_order, (self.needs[cls], cls))
+            insort(self.classes_by_need, cls, key=self.needs.__getitem__)
         self.class_of.append(cls)
         runtime = duration if duration is not None else (limit if limit is not None else INF)
         self.entries.append((runtime if self.is_sjf else i, i))
@@ -364,10 +364,14 @@ class Scheduler:
                 thresholds[class_of[i]] = unlocks[class_of[i]]
         if self.is_fcfs:  # the head is still blocked
             return []
-        most_free, needs = self.cluster.most_free(), self.needs
-        fitting = {class_of[i] for i in fresh if needs[class_of[i]] <= most_free}
-        if self.narrow:  # the freest node may be of a model the class cannot use
-            fitting = {cls for cls in fitting if self._fits_now(cls)}
+        most_free, needs, narrow = self.cluster.most_free(), self.needs, self.narrow
+        fitting: list[int] = []  # (a list: a few fresh jobs, cheaper than a set)
+        for i in fresh:
+            cls = class_of[i]
+            if needs[cls] > most_free or cls in fitting:
+                continue
+            if not narrow or self._fits_now(cls):  # (the freest node may be of another model)
+                fitting.append(cls)
         if not fitting or (not self.is_sjf and not self._block(self.head, now)):
             return []
         started: list[int] = []
@@ -413,7 +417,7 @@ class Scheduler:
                 return False
         return True
 
-    def _backfill_pass(self, now: float, started: list[int], only: set[int] | None = None) -> None:
+    def _backfill_pass(self, now: float, started: list[int], only: list[int] | None = None) -> None:
         """Start jobs out of queue order, best priority first, as the policy allows.
 
         Only classes whose shape can fit in the freest node open to backfill (outside sing's
@@ -439,7 +443,8 @@ class Scheduler:
         needs, class_pools, class_shares = self.needs, self.class_pools, self.class_shares
         thresholds, narrow = self.thresholds, self.narrow
         # (two loops: building a class list first costs a full pass ~5%)
-        for per, cls in self.class_order if only is None else [(needs[c], c) for c in only]:
+        for cls in self.classes_by_need if only is None else only:
+            per = needs[cls]
             if per > most_free:
                 if only is None:
                     break
