@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+import scheduler
 from scheduler.cluster import Cluster, Node
 from scheduler.metrics import NA, offered_load, summarize
 from scheduler.nodelist import read_cluster
@@ -51,6 +52,8 @@ TABLE = (
 )
 # Below this offered load queues rarely form, and every policy gives about the same waits.
 LOW_LOAD = 0.3
+# From this many jobs a replay in pure Python takes long enough to point at the compiled build.
+NATIVE_HINT_JOBS = 10_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,6 +148,12 @@ def _notes(
         print(
             f"warning: offered load {load:.3f} (GPU-seconds requested / ({gpus} GPUs x window)) "
             f"is below {LOW_LOAD}: queues rarely form, so every policy gives about the same waits",
+            file=sys.stderr,
+        )
+    if jobs >= NATIVE_HINT_JOBS and not scheduler.NATIVE:
+        print(
+            "note: the replay runs as pure Python; `make native` compiles it (2-4x faster, the "
+            "same results: docs/scheduler.md)",
             file=sys.stderr,
         )
 

@@ -80,6 +80,27 @@ def test_bad_traces_name_the_problem(
     assert message in err and str(trace) in err
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_a_long_pure_replay_points_at_the_compiled_build(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    native: bool,
+) -> None:
+    """Only a pure-Python replay of many jobs says that `make native` would speed it up."""
+    import scheduler
+
+    monkeypatch.setattr(scheduler, "NATIVE", native)
+    long = tmp_path / "long.csv"
+    rows = "".join(f"j{k},u{k % 7},{k},5,1\n" for k in range(10_000))
+    long.write_text("job_id,user,submit_time,duration_s,num_gpus\n" + rows)
+    for trace in (long, write(tmp_path, TRACE)):
+        argv = ["simulate", "--trace", str(trace), "--nodes", "2", "--gpus-per-node", "4"]
+        assert main([*argv, "--policy", "fcfs"]) == 0
+        hinted = "`make native` compiles it" in capsys.readouterr().err
+        assert hinted == (not native and trace == long)
+
+
 def test_bad_policy_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = write(tmp_path, TRACE)
     argv = [
