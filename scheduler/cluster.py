@@ -78,7 +78,7 @@ class Pool:
         # last looked (it sets -1 after each pass); 0: only a share came back; -1: nothing.
         self.freed = top
         # Most free GPUs on one node open to backfill (outside a reservation): set by the
-        # scheduler at the start of each backfill pass (`most_free_outside`), stale after.
+        # scheduler at the start of a backfill pass and kept current through it, stale after.
         self.room = 0
 
     def width(self) -> int:

@@ -34,7 +34,8 @@ class Lane:
 
     def push(self, entry: Entry) -> None:
         items = self.items
-        if not items or entry[0] > items[-1][0]:  # (priorities first: cheaper than two tuples)
+        # (priorities compare cheaper than entries; a tie goes to insort, which orders by job)
+        if not items or entry[0] > items[-1][0]:
             items.append(entry)
         else:
             insort(items, entry, self.pos)
