@@ -6,7 +6,6 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -20,12 +19,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from tests.pki import Pki
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 @dataclass

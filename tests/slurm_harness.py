@@ -1,7 +1,10 @@
 """A real Slurm 22.05 on loopback for tests: munge, MariaDB, slurmdbd, slurmctld, 2 GPU nodes.
 
-Everything lives under one scratch directory and uses its own ports, so it never touches a
-site's Slurm; `down()` stops only the daemons this harness started, by their PIDs. Configs follow
+Everything lives under one scratch directory and uses free ports chosen at `up()`
+(tests/ports.py), so it never touches a site's Slurm and two copies of the suite can run side by
+side. Every daemon runs in the foreground in its own process group (tests/daemons.py): `down()`
+stops those groups, and should pytest die first, its exit hooks do; daemons left by a run killed
+with SIGKILL are reaped by the next `up()` (only those whose pytest is gone). Configs follow
 /work/shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups,
 munge on its own socket, `AccountingStoragePass` pointing at that socket, fake GPU device nodes.
 
@@ -16,7 +19,8 @@ host, so a two-line wrapper gives each node its own mapping directory (`mapping_
 `first_job_id` sets Slurm's FirstJobId (e.g. 8, so ids cross from one digit to two), and a
 second ordinary user, TEST_USER2, exists in the same account.
 
-Command line: `python -m tests.slurm_harness up|down BASE` (prints `export SLURM_CONF=...`).
+Command line: `python -m tests.slurm_harness up|down BASE` (prints `export SLURM_CONF=...`); the
+cluster it starts outlives the command, and `down` stops it by the daemons' pid files.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import daemons
 from tests.debian import IN_CI, ensure_packages
+from tests.ports import free_port_block, free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,7 +52,6 @@ TEST_USER = "singtest"
 TEST_USER2 = "singtest2"
 TEST_ACCOUNT = "research"
 CLUSTER = "testcluster"
-PORTS = {"ctld": 16817, "dbd": 16819, "mysql": 13316, "slurmd": (16831, 16832)}
 
 SLURM_CONF = """\
 ClusterName={cluster}
@@ -196,17 +201,25 @@ def running(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 
 
 class SlurmCluster:
-    """One loopback Slurm cluster rooted at `base`; `up()` starts it, `down()` stops it."""
+    """One loopback Slurm cluster rooted at `base`; `up()` starts it, `down()` stops it.
+
+    `owned=False` (the command line's `up`) leaves the daemons running when this process exits.
+    """
 
     def __init__(
-        self, base: Path, gpu_job_mapping: bool = False, first_job_id: int | None = None
+        self,
+        base: Path,
+        gpu_job_mapping: bool = False,
+        first_job_id: int | None = None,
+        owned: bool = True,
     ) -> None:
         self.base = Path(base).resolve()
         self.conf = self.base / "etc" / "slurm.conf"
         self.jobs_dir = self.base / "jobs"
         self.gpu_job_mapping = gpu_job_mapping
         self.first_job_id = first_job_id
-        self._mariadb: subprocess.Popen | None = None
+        self._mark = daemons.owner_mark(str(self.base)) if owned else None
+        self._daemons: dict[str, subprocess.Popen] = {}  # name -> its process, in start order
 
     def mapping_dir(self, node: str) -> Path:
         """Where the prolog of `node` writes its GPU-to-job files (with gpu_job_mapping)."""
@@ -218,27 +231,38 @@ class SlurmCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def up(self) -> None:
+        daemons.reap_orphans()
         self._write_configs()
         self._start_munge()
         self._start_mariadb()
-        self._daemon(["slurmdbd"])
+        self._daemon("slurmdbd", ["slurmdbd", "-D"])
         self._wait(lambda: self._ok(["sacctmgr", "-n", "list", "cluster"]), "slurmdbd answering")
-        self._daemon(["slurmctld"])
+        self._daemon("slurmctld", ["slurmctld", "-D"])
         self._wait(lambda: self._ok(["scontrol", "ping"], expect="UP"), "slurmctld UP")
         for node in NODES:
-            self._daemon(["slurmd", "-N", node])
+            self._daemon(f"slurmd-{node}", ["slurmd", "-D", "-N", node])
         self._wait(self._nodes_idle, "both slurmd nodes idle")
         self._add_test_users()
 
     def down(self) -> None:
-        """Stop this cluster's daemons by PID (TERM, then KILL after 15 s); leave files for logs."""
-        if self.conf.exists():
+        """Stop this cluster's daemons (TERM, then KILL after 15 s); leave files for logs."""
+        ctld = self._daemons.get("slurmctld")
+        if self.conf.exists() and (ctld is None or ctld.poll() is None):
             for user in ("root", TEST_USER, TEST_USER2):
                 subprocess.run(["scancel", "-u", user], env=self.env, capture_output=True)
             # Let the slurmstepds finish their jobs while slurmd can still hear them; otherwise
             # they linger as orphans after the daemons are gone.
             with contextlib.suppress(RuntimeError):
                 self._wait(self._no_jobs_running, "cancelled jobs to end", timeout=20)
+        if self._mark is None:
+            self._stop_by_pid_files()
+            return
+        for process in reversed(self._daemons.values()):
+            daemons.stop(process)
+        daemons.reap(lambda mark: mark == self._mark)  # what the daemons forked and left behind
+
+    def _stop_by_pid_files(self) -> None:
+        """The command line's `down`: the daemons were started by another process."""
         pids = [pid for pid in map(self._pid_from, self._pid_files()) if pid]
         for pid in pids:
             _signal(pid, signal.SIGTERM)
@@ -247,8 +271,6 @@ class SlurmCluster:
             time.sleep(0.2)
         for pid in pids:
             _signal(pid, signal.SIGKILL)
-        if self._mariadb:
-            self._mariadb.wait(timeout=5)
 
     # -- set-up steps ------------------------------------------------------------------------
 
@@ -267,14 +289,16 @@ class SlurmCluster:
         ):
             (b / sub).mkdir(parents=True, exist_ok=True)
         self.jobs_dir.chmod(0o1777)
+        ctld, dbd, mysql = free_ports(3)
+        slurmd = free_port_block(len(NODES))  # slurm.conf gives the nodes one range of ports
         values = {
             "base": b,
             "cluster": CLUSTER,
-            "ctld": PORTS["ctld"],
-            "dbd": PORTS["dbd"],
-            "mysql": PORTS["mysql"],
-            "slurmd0": PORTS["slurmd"][0],
-            "slurmd1": PORTS["slurmd"][1],
+            "ctld": ctld,
+            "dbd": dbd,
+            "mysql": mysql,
+            "slurmd0": slurmd,
+            "slurmd1": slurmd + len(NODES) - 1,
             "gpus": GPUS_PER_NODE,
         }
         extra = MAPPING_CONF.format(**values) if self.gpu_job_mapping else ""
@@ -306,14 +330,17 @@ class SlurmCluster:
         shutil.chown(key, "munge", "munge")
         key.chmod(0o400)
         shutil.chown(run, "munge", "munge")
-        _check(
+        self._daemon(
+            "munged",
             [
-                "runuser", "-u", "munge", "--", "/usr/sbin/munged",
+                "runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground",
                 f"--socket={run}/munge.socket.2", f"--key-file={key}",
                 f"--pid-file={run}/munged.pid", f"--log-file={run}/munged.log",
                 f"--seed-file={run}/munged.seed",
-            ]
+            ],
         )  # fmt: skip
+        answering = ["munge", f"--socket={run}/munge.socket.2", "--no-input"]
+        self._wait(lambda: self._ok(answering), "munged answering")
 
     def _start_mariadb(self) -> None:
         mysql = self.base / "mysql"
@@ -326,12 +353,7 @@ class SlurmCluster:
                     "--skip-test-db",
                 ]
             )  # fmt: skip
-        with open(self.base / "log" / "mariadbd.log", "ab") as log:
-            # mariadbd does not daemonize: detach it from our stdio and session.
-            self._mariadb = subprocess.Popen(
-                ["/usr/sbin/mariadbd", f"--defaults-file={self.base}/etc/my.cnf"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )  # fmt: skip
+        self._daemon("mariadbd", ["/usr/sbin/mariadbd", f"--defaults-file={self.base}/etc/my.cnf"])
         sock = f"--socket={mysql}/run/mysqld.sock"
         self._wait(lambda: self._ok(["mariadb-admin", sock, "ping"]), "MariaDB answering")
         sql = (
@@ -343,10 +365,7 @@ class SlurmCluster:
     def _add_test_users(self) -> None:
         commands = [["sacctmgr", "-i", "add", "account", TEST_ACCOUNT]]
         for user in (TEST_USER, TEST_USER2):
-            try:
-                pwd.getpwnam(user)
-            except KeyError:
-                _check(["useradd", "-m", "-s", "/bin/bash", user])
+            _ensure_user(user)
             account = f"DefaultAccount={TEST_ACCOUNT}"
             commands.append(["sacctmgr", "-i", "add", "user", user, account])
         for command in commands:
@@ -354,8 +373,10 @@ class SlurmCluster:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _daemon(self, command: list[str]) -> None:
-        _check(command, env=self.env)
+    def _daemon(self, name: str, command: list[str]) -> None:
+        """Start a daemon in the foreground, in its own process group, output in log/NAME.out."""
+        log = self.base / "log" / f"{name}.out"
+        self._daemons[name] = daemons.spawn(command, log, self.env, self._mark)
 
     def _ok(self, command: list[str], expect: str = "") -> bool:
         result = subprocess.run(command, env=self.env, capture_output=True, text=True)
@@ -378,11 +399,14 @@ class SlurmCluster:
         return result.returncode != 0 or not result.stdout.strip()
 
     def _wait(self, ready, what: str, timeout: float = 60) -> None:
+        """Poll `ready`; fail after `timeout` s, or at once when a daemon has exited."""
         deadline = time.monotonic() + timeout
         while not ready():
-            if time.monotonic() > deadline:
+            dead = [name for name, process in self._daemons.items() if process.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                reason = f"{', '.join(dead)} exited" if dead else "timed out"
                 raise RuntimeError(
-                    f"loopback Slurm: timed out waiting for {what}; logs in {self.base}/log"
+                    f"loopback Slurm: {reason} waiting for {what}; logs in {self.base}/log"
                 )
             time.sleep(0.2)
 
@@ -410,6 +434,26 @@ def _check(command: list[str], env: dict[str, str] | None = None) -> None:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr}")
 
 
+def _ensure_user(user: str) -> None:
+    """Create the local user unless it exists; another copy of the suite may be creating it at
+    the same moment (useradd then fails: the user exists, or /etc/passwd is locked)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pwd.getpwnam(user)
+            return
+        except KeyError:
+            pass
+        result = subprocess.run(
+            ["useradd", "-m", "-s", "/bin/bash", user], capture_output=True, text=True
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"useradd {user} failed ({result.returncode}): {result.stderr}")
+        time.sleep(0.5)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -425,7 +469,7 @@ def _signal(pid: int, sig: int) -> None:
 
 if __name__ == "__main__":
     action, base = sys.argv[1], Path(sys.argv[2])
-    cluster = SlurmCluster(base)
+    cluster = SlurmCluster(base, owned=False)
     if action == "up":
         cluster.up()
         print(f"export SLURM_CONF={cluster.conf}")

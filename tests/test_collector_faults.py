@@ -15,10 +15,10 @@ import pyarrow as pa
 
 from collector.selfmetrics import SelfMetrics
 from collector.writer import BufferedWriter
+from tests.ports import free_port
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     exporter,
     file_sd_entry,
-    free_port,
     http_get,
     running,
     sing,

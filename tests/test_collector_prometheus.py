@@ -15,11 +15,11 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.debian import ensure_packages
+from tests.ports import free_port
 from tests.test_collector_scrape import (  # noqa: F401 - the fixtures `exporter`, `secure_exporter`
     REPO,
     SecureExporter,
     exporter,
-    free_port,
     http_get,
     running,
     secure_exporter,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.debian import BROWSER_PACKAGES, ensure_packages
+from tests.ports import free_port
 from warehouse.store import Warehouse
 from warehouse.synthetic import generate
 
@@ -46,12 +47,6 @@ PAGES = {
     "simulator": 1,
 }
 CHART = '[data-testid="stVegaLiteChart"]'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,25 +24,13 @@ import pytest
 from demo.health import Minute, scrape_minutes
 from demo.run import children_of
 from tests.debian import BROWSER_PACKAGES, ensure_packages
+from tests.ports import free_port_block
 from warehouse import analytics
 from warehouse.store import Warehouse
 
 NODES = 16
 ANSWERED = 0.95  # of the scrapes in each minute
 MINUTES = 2  # full minutes of scrapes the health check waits for, the first one included
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` free ports after it (checked, not guaranteed)."""
-    for base in range(20000, 60000, 97):
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block")
 
 
 def descendants(pid: int) -> list[int]:

@@ -8,7 +8,6 @@ exporter and scrape target, the exporter tests' sysfs tree for RDMA counters.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.pki import Pki, make_pki
+from tests.ports import free_port
 from tests.test_collector_scrape import running, sing, wait_for
 from tests.test_exporter_web import PASSWORD, tls_auth_config, write_web_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "exporter"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def doctor(config: Path, role: str) -> tuple[int, dict[str, str]]:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -49,14 +50,8 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_record_and_scrape_real_gpu(tmp_path: Path) -> None:
-    recording, port = tmp_path / "recording.jsonl", _free_port()
+    recording, port = tmp_path / "recording.jsonl", free_port()
     exporter = subprocess.Popen(
         [sys.executable, "-m", "exporters", "--port", str(port), "--listen-address", "127.0.0.1",
          "--record", str(recording), "--record-interval", "1", "--duration", "22"],

@@ -35,7 +35,7 @@ from exporters.webconfig import WebConfig, WebConfigError, load_web_config
 from sing.config import Config
 from sing.errors import UserError
 from tests.pki import Pki, _cert, _key, _write, make_pki
-from tests.test_exporter_http import free_port
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "correct horse battery staple"

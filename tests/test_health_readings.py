@@ -19,8 +19,9 @@ import pytest
 from collector.convert import read_node
 from collector.health import LastValues, health_rows
 from collector.promtext import ParseError, Sample
+from tests.ports import free_port
 from tests.test_collector_pull import ScriptedPrometheus, prometheus, pull_collector  # noqa: F401
-from tests.test_collector_scrape import file_sd_entry, free_port, http_get, running, sing, wait_for
+from tests.test_collector_scrape import file_sd_entry, http_get, running, sing, wait_for
 from warehouse.store import Warehouse
 
 # Two healthy GPUs with two NVLinks each, and one InfiniBand port.

@@ -23,7 +23,8 @@ from policy.postman import make_postman
 from policy.reports import last_period, send_digests, send_job_end_reports
 from sing.cli import main
 from sing.config import Config, Thresholds
-from tests.mailbox import Mailbox, free_port, smtp_server
+from tests.mailbox import Mailbox, smtp_server
+from tests.ports import free_port
 from tests.test_analytics import add_gpu_samples, add_job, add_nodes, at
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse

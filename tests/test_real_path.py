@@ -51,6 +51,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.dashboard_app import metrics, open_app
+from tests.ports import free_ports
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
 from tests.real_path.processes import Service, run, wait_for
 from tests.real_path.site import (
@@ -78,7 +79,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[1]
 
 SITE_CLUSTER = "campus"
-EXPORTER_PORTS = {"gpu-1": 19501, "gpu-2": 19502}
+EXPORTER_PORTS = dict(zip(NODES, free_ports(len(NODES)), strict=True))
 INTERVAL_S = 2.0
 SCRAPE_TIMEOUT_S = 1.5
 JOB_SYNC_S = 10.0  # long enough that a round always falls between a job's end and the next sync

@@ -1,14 +1,15 @@
-"""Processes the test starts (exporters, the collector): logged to files, stopped by their PID."""
+"""Processes the test starts (exporters, the collector): logged to files, each in its own
+process group, killed with the group on teardown and on any exit of pytest (tests/daemons.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from tests import daemons
 
 T = TypeVar("T")
 
@@ -18,24 +19,14 @@ class Service:
 
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.argv, self.log = argv, log
-        with open(log, "ab") as out:
-            self.process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                start_new_session=True,
-            )  # fmt: skip
+        self.process = daemons.spawn(argv, log, env, mark=daemons.owner_mark(str(log)))
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 20) -> int:
-        """SIGTERM, then SIGKILL after `timeout` s; returns the exit status."""
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=10)
+        """SIGTERM to its process group, SIGKILL after `timeout` s; returns the exit status."""
+        return daemons.stop(self.process, timeout)
 
     def tail(self, chars: int = 3000) -> str:
         try:
