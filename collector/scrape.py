@@ -2,7 +2,9 @@
 
 http.client and a thread pool, not a framework: a scrape is one GET; the threads spend their time
 waiting on sockets, and the CPU work (parsing) is small next to the deadline. Every failure ends
-as a `Scrape` with `error` set: a dead, slow or garbage-serving target never raises.
+as a `Scrape` with `error` set: a dead, slow or garbage-serving target never raises. Values of
+a page that fit no warehouse column are dropped from its reading here, per target, and counted
+(`Scrape.dropped`, collector/rows.py says why).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import http.client
 import socket
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from collector.client import PLAIN, ScrapeClient
 from collector.convert import WANTED, NodeReading, read_node
 from collector.promtext import ParseError, parse
+from collector.rows import Drops, fit_reading
 from collector.targets import Target
 
 CHUNK = 256 * 1024
@@ -28,6 +32,7 @@ class Scrape:
     reading: NodeReading | None = None
     samples: int = 0
     error: str | None = None
+    dropped: Drops = field(default_factory=Counter)
 
 
 class PayloadError(Exception):
@@ -42,7 +47,8 @@ def scrape(target: Target, timeout_s: float, max_bytes: int) -> Scrape:
         reading = read_node(samples)
     except (OSError, http.client.HTTPException, PayloadError, ParseError) as err:
         return Scrape(target, time.monotonic() - start, error=_describe(err))
-    return Scrape(target, time.monotonic() - start, reading, len(samples))
+    dropped = fit_reading(reading)
+    return Scrape(target, time.monotonic() - start, reading, len(samples), dropped=dropped)
 
 
 def fetch(url: str, timeout_s: float, max_bytes: int, client: ScrapeClient = PLAIN) -> str:

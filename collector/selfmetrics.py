@@ -26,6 +26,13 @@ class SelfMetrics:
         self.scrape_errors = Counter(
             "sing_collector_scrape_errors", "Failed scrapes by kind.", ["kind"], registry=r
         )
+        self.samples_dropped = Counter(
+            "sing_collector_samples_dropped",
+            "Values of a target's page dropped because they fit no warehouse column "
+            "(the rest of the page is stored), by reason.",
+            ["target", "reason"],
+            registry=r,
+        )
         self.targets = Gauge("sing_collector_targets", "Targets in the last round.", registry=r)
         self.rows_written = Counter(
             "sing_collector_rows_written", "Rows written to the warehouse.", ["table"], registry=r
@@ -44,6 +51,12 @@ class SelfMetrics:
         )
         self.job_syncs = Counter(
             "sing_collector_job_syncs", "Job record syncs by result.", ["result"], registry=r
+        )
+        self.command_failures = Counter(
+            "sing_executor_command_failures",
+            "Scheduler commands (squeue, sacct, sinfo...) that timed out or failed.",
+            ["command", "reason"],
+            registry=r,
         )
         self.last_round = Gauge(
             "sing_collector_last_round_timestamp_seconds", "When the last round ended.", registry=r

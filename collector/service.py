@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from collector.convert import NodeReading
@@ -32,8 +33,10 @@ from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
 from collector.targets import Target
 from collector.writer import BufferedWriter
+from executors.base import CommandError
 from executors.records import NodeRecord
 from sing.config import Config
+from warehouse.schema import table
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -96,7 +99,9 @@ class Collector:
         readings: dict[NodeKey, NodeReading] = {}
         for result in scrapes:
             t = result.target
-            rows.add_scrape(ts, t.url, t.node, result.duration_s, result.samples, result.error)
+            rows.add_scrape(
+                ts, t.url, t.node, result.duration_s, result.samples, result.error, result.dropped
+            )
             self.metrics.scrape_seconds.observe(result.duration_s)
             key = (t.cluster or self.cluster, t.node)
             if result.reading is None:
@@ -111,10 +116,18 @@ class Collector:
         rows.add_inventory(ts, self.listed)
         up = sum(result.error is None for result in scrapes)
         batches = rows.tables()
+        self.count_drops(rows)
         self.writer.write(batches)
         self.warehouse.checkpoint_due()  # keeps each commit's cost flat between compactions
         written = sum(b.num_rows for b in batches.values())
         return self.finish_round(written, len(targets), up, started)
+
+    def count_drops(self, rows: RoundRows) -> None:
+        """Count and log the values each target's page had that fit no column."""
+        for target, drops in rows.drops.items():
+            for reason, count in drops.items():
+                self.metrics.samples_dropped.labels(target, reason).inc(count)
+            log.warning("%s: dropped values that fit no column: %s", target, dict(drops))
 
     def finish_round(self, rows: int, targets: int, up: int, started: float) -> RoundSummary:
         """Count and log a round whose rows were handed to the writer."""
@@ -133,23 +146,49 @@ class Collector:
     def sync_jobs(self) -> None:
         """Pull job records through the executor adapter, then refresh running allocations
         and the executor's node list (a failed listing keeps the previous one: a broken sinfo
-        must not read as every node gone)."""
+        must not read as every node gone). A scheduler command that failed is counted and
+        recorded (`_command_failed`)."""
         if self.job_sync is not None:
             try:
                 self.job_sync(self.config, self.warehouse)
                 self.metrics.job_syncs.labels("ok").inc()
-            except Exception:
+            except Exception as err:
                 self.metrics.job_syncs.labels("error").inc()
+                self._command_failed(err)
                 log.exception("job sync failed; retrying at the next sync")
         # Replaced whole, never mutated: a round running meanwhile keeps a consistent map.
         self.allocations = running_allocations(self.warehouse)
         if self.node_source is not None:
             try:
                 nodes = self.node_source(self.config)
-            except Exception:
+            except Exception as err:
+                self._command_failed(err)
                 log.exception("node inventory from the executor failed; keeping the last one")
             else:
                 self.listed = {(self.cluster, n.node): n for n in nodes}
+
+    def _command_failed(self, err: Exception) -> None:
+        """Count a scheduler command's failure by command and reason, and record it in
+        `command_failures` for `sing doctor head`; other errors are only logged."""
+        if not isinstance(err, CommandError):
+            return
+        from policy.audit import actor
+
+        self.metrics.command_failures.labels(err.command, err.reason).inc()
+        row = {
+            "ts": datetime.now(UTC),
+            "cluster": self.cluster,
+            "command": err.command,
+            "reason": err.reason,
+            "error": str(err),
+            "actor": actor("sing collector"),
+        }
+        try:
+            self.warehouse.append(
+                "command_failures", pa.Table.from_pylist([row], table("command_failures").schema)
+            )
+        except Exception:  # noqa: BLE001 - the failure is counted and logged all the same
+            log.exception("could not record the failure of %s", err.command)
 
     def maintain(self) -> None:
         """Compact the warehouse, and age out raw samples when retention is set."""

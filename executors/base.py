@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -10,6 +11,33 @@ from executors.records import JobRecord, NodeRecord
 from executors.settings import ExecutorSettings
 from sing.config import Config
 from sing.errors import UserError
+
+TIMEOUT, FAILED = "timeout", "failed"  # why a command failed: CommandError.reason
+
+
+class CommandError(UserError):
+    """A scheduler command that could not run, failed or did not answer within its timeout:
+    one error type for all of them, so callers count and record failures by `command` and
+    `reason` (TIMEOUT or FAILED) instead of catching OSError and friends."""
+
+    def __init__(self, command: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.command = command
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's state as the scheduler shows it (Slurm: "idle", "drained", "draining", ...) and
+    the reason an admin or sing gave for it ("" when none)."""
+
+    state: str
+    reason: str
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: no new job starts there."""
+        return "drain" in self.state
 
 
 class Executor(Protocol):
@@ -32,6 +60,10 @@ class Executor(Protocol):
     def drain(self, node: str, reason: str) -> None:
         """Let `node`'s jobs finish and start no new one there (health.drain); `reason` is
         what the scheduler shows admins. Raises UserError where the executor cannot."""
+
+    def node_state(self, node: str) -> NodeState | None:
+        """`node`'s state now (None: the executor does not know the node), so that a drain
+        whose outcome went unrecorded can be reconciled with what the scheduler did."""
 
 
 def executor_settings(config: Config) -> ExecutorSettings:

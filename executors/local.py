@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from executors.base import NodeState
 from executors.profile import JobProfile
 from executors.records import (
     CANCELLED,
@@ -128,6 +129,10 @@ class LocalExecutor:
             f"the local executor cannot drain {node}: it schedules one machine and has no "
             "drain state; stop submitting there by hand"
         )
+
+    def node_state(self, node: str) -> NodeState | None:
+        """This machine is always up (it has no drain state); another node is not known."""
+        return NodeState("idle", "") if node == self.node else None
 
     # ---- queue and supervision -----------------------------------------------------------
 

@@ -51,6 +51,9 @@ class JobRecord:
     interactive: bool | None = None
     # The profile's declared software, e.g. {"python": "3.11", "torch": "2.3.0"}.
     dependencies: dict[str, str | None] | None = None
+    # The scheduler's base state where `state` says more (CANCELLED for a job still COMPLETING:
+    # it holds its GPUs until its epilog ends); not a warehouse column.
+    base_state: str | None = None
 
     @property
     def gpus_per_node(self) -> int | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sing.config import ConfigError
+
 
 @dataclass(frozen=True)
 class ExecutorSettings:
@@ -27,3 +29,13 @@ class ExecutorSettings:
     # can show a job a little after it ended), and how far back the very first sync looks.
     sync_overlap_s: int = 600
     first_sync_days: int = 30
+    # Seconds any scheduler command (squeue, sacct, sinfo, scontrol, scancel, sbatch) may take
+    # before it is killed and counted as timed out: a hung slurmctld must not stall job sync,
+    # policy rounds and drains without a word.
+    command_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.command_timeout_s > 0:
+            raise ConfigError(
+                f"[executor] command_timeout_s = {self.command_timeout_s!r} must be more than 0"
+            )

@@ -2,7 +2,8 @@
 `scontrol update ... state=drain` to drain a node.
 
 It talks to Slurm only through its client commands (any Slurm with `--json`, no libslurm to
-match), run with TZ=UTC so that time arguments and text output are UTC.
+match), run with TZ=UTC so that time arguments and text output are UTC, each killed after
+`[executor] command_timeout_s`: a hung slurmctld makes a CommandError, not a stalled caller.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import os
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
+from executors.base import FAILED, TIMEOUT, CommandError, NodeState
 from executors.profile import JobProfile
 from executors.records import JobRecord, NodeRecord
 from executors.script import render_script
@@ -28,30 +31,58 @@ from executors.slurm_parse import (
 from sing.digits import ascii_digits
 from sing.errors import UserError
 
-# Runs a command (argv, stdin text) and returns its stdout; raises UserError on failure.
+# Runs a command (argv, stdin text) and returns its stdout; raises CommandError on failure.
 Runner = Callable[[list[str], str | None], str]
+# sinfo's reason column is as wide as this (it pads and cuts to the width); sing's reasons are
+# at most health.drain.MAX_REASON (200) characters.
+REASON_WIDTH = 300
 
 
-def run_command(argv: list[str], stdin: str | None = None) -> str:
+def run_command(
+    argv: list[str], stdin: str | None = None, timeout_s: float = ExecutorSettings.command_timeout_s
+) -> str:
+    """Run a Slurm client command; any failure to get its output (not found, not executable,
+    no answer within `timeout_s`, a non-zero exit) is a CommandError naming the command."""
+    command = os.path.basename(argv[0])
     try:
         result = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, env={**os.environ, "TZ": "UTC"}
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TZ": "UTC"},
+            timeout=timeout_s,
         )
-    except FileNotFoundError as err:
-        raise UserError(
-            f"{argv[0]} not found: install the Slurm client, or set [executor] kind = 'local'"
+    except subprocess.TimeoutExpired as err:
+        raise CommandError(
+            command,
+            TIMEOUT,
+            f"{' '.join(argv[:2])} timed out after {timeout_s:g} s: is slurmctld answering? "
+            "([executor] command_timeout_s)",
         ) from err
+    except FileNotFoundError as err:
+        raise CommandError(
+            command,
+            FAILED,
+            f"{argv[0]} not found: install the Slurm client, or set [executor] kind = 'local'",
+        ) from err
+    except OSError as err:  # not executable, too many processes, ...
+        raise CommandError(command, FAILED, f"{argv[0]} could not run: {err}") from err
     if result.returncode != 0:
-        raise UserError(f"{' '.join(argv[:2])} failed (exit {result.returncode}): "
-                        f"{result.stderr.strip()[-500:]}")  # fmt: skip
+        raise CommandError(
+            command,
+            FAILED,
+            f"{' '.join(argv[:2])} failed (exit {result.returncode}): "
+            f"{result.stderr.strip()[-500:]}",
+        )
     return result.stdout
 
 
 class SlurmExecutor:
-    def __init__(self, cluster: str, settings: ExecutorSettings, run: Runner = run_command) -> None:
+    def __init__(self, cluster: str, settings: ExecutorSettings, run: Runner | None = None) -> None:
         self.cluster = cluster
         self.settings = settings
-        self._run = run
+        self._run = run or partial(run_command, timeout_s=settings.command_timeout_s)
 
     def submit(self, profile: JobProfile) -> str:
         comment = COMMENT_PREFIX + json.dumps(
@@ -85,9 +116,24 @@ class SlurmExecutor:
             ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], None
         )
 
+    def node_state(self, node: str) -> NodeState | None:
+        """`sinfo`'s state and reason of `node` (a node in several partitions has one line per
+        partition, all alike); None when Slurm does not list it."""
+        argv = ["sinfo", "--all", "--Node", "--noheader", f"--nodes={node}",
+                f"--format=%T|%{REASON_WIDTH}E"]  # fmt: skip
+        for line in self._run(argv, None).splitlines():
+            state, _, reason = line.partition("|")
+            if state.strip():
+                return NodeState(state.strip(), reason.strip())
+        return None
+
     def inventory(self) -> list[NodeRecord]:
         argv = ["sinfo", "--all", "--Node", "--noheader", f"--format={SINFO_FORMAT}"]
         return parse_sinfo(self._run(argv, None))
+
+    def show_config(self) -> str:
+        """`scontrol show config`: slurmctld's running configuration (`sing doctor head`)."""
+        return self._run(["scontrol", "show", "config"], None)
 
 
 def sbatch_headers(profile: JobProfile) -> list[str]:

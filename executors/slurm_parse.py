@@ -7,14 +7,27 @@ error that names the command, the job and the field, never a silent zero.
 
 Known 22.05 bug: `sacct --json` reports exit code 0 for failed jobs, so exit codes always come
 from `sacct -P` text (stable across versions).
+
+GPU counts: Slurm puts GPUs into a job's TRES (`gres/gpu=4`, `gres/gpu:a100=4`) only when
+`gres/gpu` is in slurm.conf's `AccountingStorageTRES`, which is not the default (`sing doctor
+head` checks it). So every figure a record carries is read, the TRES (squeue's string, sacct's
+JSON list and its `-P` text) and the indices of `gres_detail` (`gpu:a100:4(IDX:0-3)`), and the
+largest kept: a TRES without `gres/gpu` says nothing about GPUs, and a GPU named by index is held.
+Figures that disagree are logged, one warning per listing naming the jobs and their figures.
+
+States: 23.02+ gives a list, the base state first and then flags (`["CANCELLED", "COMPLETING"]`).
+A job COMPLETING, whatever its base state, still holds its GPUs (its epilog runs): its record
+says COMPLETING and keeps the base state beside it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import hostlist
 
@@ -22,18 +35,65 @@ from executors.records import JobRecord, NodeRecord, exit_code_from, utc
 from sing.digits import ascii_digits
 from sing.errors import UserError
 
+log = logging.getLogger(__name__)
+
 # The prefix of the job comment in which `sing submit` stores what Slurm has no field for.
 COMMENT_PREFIX = "sing:"
+COMPLETING = "COMPLETING"
 # Squeue states in which a job holds its allocation.
-HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
+HOLDING_STATES = frozenset({"RUNNING", COMPLETING, "SUSPENDED"})
+# The short state codes of Slurm's text output (squeue %t, sacct's State when abbreviated).
+STATE_CODES = {
+    "R": "RUNNING", "CG": COMPLETING, "S": "SUSPENDED", "CF": "CONFIGURING", "PD": "PENDING",
+    "CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
+    "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE",
+}  # fmt: skip
+# Disagreeing GPU figures named in one listing's warning; the rest are counted.
+SHOWN_DISAGREEMENTS = 5
 # One GPU entry of gres_detail: "gpu:a100:4(IDX:2-5)", "gpu:2(IDX:0-1)", "gpu(IDX:3)".
 GRES_IDX_RE = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
 # The columns read from `sacct -P`, in order.
-SACCT_TEXT_FIELDS = ("JobIDRaw", "User", "ExitCode")
+SACCT_TEXT_FIELDS = ("JobIDRaw", "User", "ExitCode", "AllocTRES")
 # `sinfo --Node` columns: node, partition (%R: without the default's "*"), generic resources.
 SINFO_FORMAT = "%N|%R|%G"
 # One GPU entry of a node's Gres: "gpu:a100:8", "gpu:8", "gpu:a100:8(S:0-1)".
 GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::([^:(,]+))?:(\d+)")
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job's state as Slurm gives it: the base state and the flags after it."""
+
+    base: str
+    flags: frozenset[str] = frozenset()
+
+    @property
+    def name(self) -> str:
+        """The record's state: COMPLETING while the epilog holds the GPUs, else the base."""
+        return COMPLETING if COMPLETING in self.flags else self.base
+
+    @property
+    def holding(self) -> bool:
+        return self.name in HOLDING_STATES
+
+    @property
+    def base_if_other(self) -> str | None:
+        """The base state where the record's state hides it (CANCELLED under COMPLETING)."""
+        return self.base if self.base != self.name else None
+
+
+def job_state(value: object) -> JobState | None:
+    """A state string ("RUNNING", "CANCELLED by 1000", "CG") or a 23.02+ state list; None when
+    `value` is neither."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        return None
+    words = [v.split()[0].upper() for v in value if v.strip()]
+    if len(words) != len(value):
+        return None
+    base, *flags = [STATE_CODES.get(word, word) for word in words]
+    return JobState(base, frozenset(flags))
 
 
 class _Job:
@@ -79,13 +139,12 @@ class _Job:
         except (OverflowError, ValueError, OSError) as err:
             raise UserError(f"{self.where}: field {path!r}: {seconds} is not a time") from err
 
-    def state(self, path: str) -> str:
+    def state(self, path: str) -> JobState:
         value = self.get(path)
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            value = value[0]  # v0.0.39+: ["FAILED"], the base state first
-        if isinstance(value, str) and value:
-            return value.split()[0].upper()
-        raise UserError(f"{self.where}: field {path!r} should be a job state, got {value!r}")
+        state = job_state(value)
+        if state is None:
+            raise UserError(f"{self.where}: field {path!r} should be a job state, got {value!r}")
+        return state
 
     def nodes(self, path: str) -> tuple[str, ...]:
         value = self.text(path, required=False)
@@ -120,19 +179,51 @@ def _nothing_found(error: object) -> bool:
     )
 
 
-def gpu_count(entries: Iterable[tuple[str, int | None]]) -> int:
-    """GPUs in a TRES list of (name, count), e.g. [("gres/gpu", 2), ("gres/gpu:a100", 2)].
+def gpu_count(entries: Iterable[tuple[str, int | None]]) -> int | None:
+    """GPUs in a TRES list of (name, count), e.g. [("gres/gpu", 2), ("gres/gpu:a100", 2)];
+    None when it has no GPU entry (Slurm does not account `gres/gpu`, or the job has none).
 
     With typed GPUs Slurm lists both the total `gres/gpu` and each type `gres/gpu:TYPE`; adding
     them all would double count. The total wins; the types are summed only when it is absent.
     """
-    total, typed = None, 0
+    total, typed = None, None
     for name, count in entries:
         if name == "gres/gpu":
             total = (total or 0) + (count or 0)
         elif name.startswith("gres/gpu:"):
-            typed += count or 0
+            typed = (typed or 0) + (count or 0)
     return total if total is not None else typed
+
+
+class GpuFigures:
+    """The GPU figures of one listing's jobs: each job's best, the disagreements for one warning."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.disagreements: list[str] = []
+
+    def best(self, job_id: str, figures: dict[str, int | None]) -> int:
+        """The largest of a job's figures (source -> GPUs; None: the source names no GPU)."""
+        known = [n for n in figures.values() if n is not None]
+        best = max(known, default=0)
+        if best and (len(set(known)) > 1 or len(known) < len(figures)):
+            shown = ", ".join(f"{k} {'none' if n is None else n}" for k, n in figures.items())
+            self.disagreements.append(f"job {job_id}: {shown}")
+        return best
+
+    def warn(self) -> None:
+        """One warning for the listing's disagreements, if any."""
+        if not self.disagreements:
+            return
+        more = len(self.disagreements) - SHOWN_DISAGREEMENTS
+        log.warning(
+            "%s: %d job(s) with GPU figures that disagree, kept the largest (%s%s); a TRES "
+            "without GPUs means Slurm does not account gres/gpu: run `sing doctor head`",
+            self.source,
+            len(self.disagreements),
+            "; ".join(self.disagreements[:SHOWN_DISAGREEMENTS]),
+            f"; and {more} more" if more > 0 else "",
+        )
 
 
 def parse_tres(text: str | None, where: str) -> list[tuple[str, int | None]]:
@@ -208,18 +299,29 @@ def _gpu_indices(job: _Job, nodes: tuple[str, ...]) -> dict[str, tuple[int, ...]
 def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
     """Jobs holding an allocation now, from `squeue --json` (which also lists ended jobs)."""
     records = []
+    figures = GpuFigures("squeue --json")
     for job in _load(text, "squeue --json"):
         state = job.state("job_state")
-        if state not in HOLDING_STATES:
+        if not state.holding:
             continue
+        job_id = str(job.number("job_id"))
         nodes = job.nodes("nodes")
+        gpus = _gpu_indices(job, nodes)
         limit_min = job.number("time_limit")
         interactive, dependencies = comment_fields(job.text("comment", required=False))
+        num_gpus = figures.best(
+            job_id,
+            {
+                "tres_alloc_str": gpu_count(parse_tres(job.text("tres_alloc_str"), job.where)),
+                "gres_detail": sum(map(len, gpus.values())) or None,
+            },
+        )
         records.append(
             JobRecord(
-                job_id=str(job.number("job_id")),
+                job_id=job_id,
                 cluster=cluster,
-                state=state,
+                state=state.name,
+                base_state=state.base_if_other,
                 user=job.text("user_name"),
                 account=job.text("account", required=False),
                 partition=job.text("partition", required=False),
@@ -228,18 +330,27 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
                 submit_time=job.time("submit_time"),
                 start_time=job.time("start_time"),
                 nodes=nodes,
-                num_gpus=gpu_count(parse_tres(job.text("tres_alloc_str"), job.where)),
-                gpus=_gpu_indices(job, nodes),
+                num_gpus=num_gpus,
+                gpus=gpus,
                 time_limit_s=limit_min * 60 if limit_min is not None else None,
                 interactive=interactive,
                 dependencies=dependencies,
             )
         )
+    figures.warn()
     return records
 
 
-def parse_sacct_text(text: str) -> dict[str, tuple[str, int]]:
-    """`sacct -P -n -o JobIDRaw,User,ExitCode` -> {job id: (user, exit code)}."""
+class SacctLine(NamedTuple):
+    """What `sacct -P` text adds to the JSON: the user, the true exit code, the TRES's GPUs."""
+
+    user: str
+    exit_code: int
+    gpus: int | None
+
+
+def parse_sacct_text(text: str) -> dict[str, SacctLine]:
+    """`sacct -P -n -o JobIDRaw,User,ExitCode,AllocTRES` -> {job id: SacctLine}."""
     out = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -250,11 +361,12 @@ def parse_sacct_text(text: str) -> dict[str, tuple[str, int]]:
                 f"sacct -P line {number}: expected {len(SACCT_TEXT_FIELDS)} fields "
                 f"({','.join(SACCT_TEXT_FIELDS)}), got {line!r}"
             )
-        job_id, user, exit_code = fields
+        job_id, user, exit_code, tres = fields
         code, _, signal = exit_code.partition(":")
         if not (ascii_digits(code) and ascii_digits(signal)):
             raise UserError(f"sacct -P line {number}: ExitCode {exit_code!r} is not CODE:SIGNAL")
-        out[job_id] = (user, exit_code_from(int(code), int(signal)))
+        gpus = gpu_count(parse_tres(tres, f"sacct -P line {number}"))
+        out[job_id] = SacctLine(user, exit_code_from(int(code), int(signal)), gpus)
     return out
 
 
@@ -263,14 +375,22 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
     jobs = _load(json_text, "sacct --json")
     exits = parse_sacct_text(exit_text)
     records = []
+    figures = GpuFigures("sacct")
     for job in jobs:
         job_id = str(job.number("job_id"))
         state = job.state("state.current")
-        if state in HOLDING_STATES or state == "PENDING":
+        if state.holding or state.base == "PENDING":
             continue
         if job_id not in exits:
             raise UserError(f"sacct -P output has no line for job {job_id}; truncated?")
-        text_user, exit_code = exits[job_id]
+        text_user, exit_code, text_gpus = exits[job_id]
+        num_gpus = figures.best(
+            job_id,
+            {
+                "tres.allocated": gpu_count(_json_tres(job, "tres.allocated")),
+                "AllocTRES": text_gpus,
+            },
+        )
         limit_min = job.number("time.limit", required=False)
         comment = job.get("comment", required=False)
         interactive, dependencies = comment_fields(
@@ -280,7 +400,7 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
             JobRecord(
                 job_id=job_id,
                 cluster=cluster,
-                state=state,
+                state=state.name,
                 # 22.05 JSON has user null for users without an association; text always has it.
                 user=job.text("user", required=False) or text_user or None,
                 account=job.text("account", required=False),
@@ -292,13 +412,24 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
                 end_time=job.time("time.end"),
                 exit_code=exit_code,
                 nodes=job.nodes("nodes"),
-                num_gpus=gpu_count(_json_tres(job, "tres.allocated")),
+                num_gpus=num_gpus,
                 time_limit_s=limit_min * 60 if limit_min is not None else None,
                 interactive=interactive,
                 dependencies=dependencies,
             )
         )
+    figures.warn()
     return records
+
+
+def config_value(text: str, key: str) -> str | None:
+    """One setting of `scontrol show config` ("AccountingStorageTRES   = cpu,mem,..."); None
+    when it is not listed."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
 
 
 def parse_sinfo(text: str) -> list[NodeRecord]:

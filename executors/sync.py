@@ -64,8 +64,9 @@ def sync(
 
 
 def _with_known_gpus(wh: Warehouse, cluster: str, records: list[JobRecord]) -> list[JobRecord]:
-    """Give ended jobs without GPU indices the indices stored while they ran."""
-    missing = [r.job_id for r in records if r.num_gpus and not r.gpus]
+    """Give ended jobs without GPU indices the indices stored while they ran, and a GPU count no
+    smaller than theirs (sacct counts no GPU where Slurm does not account gres/gpu)."""
+    missing = [r.job_id for r in records if not r.gpus]
     if not missing:
         return records
     rows = (
@@ -81,6 +82,12 @@ def _with_known_gpus(wh: Warehouse, cluster: str, records: list[JobRecord]) -> l
     for job_id, node, indices in rows:
         known.setdefault(job_id, {})[node] = tuple(indices)
     return [
-        dataclasses.replace(r, gpus=known[r.job_id]) if r.job_id in known and not r.gpus else r
+        dataclasses.replace(
+            r,
+            gpus=known[r.job_id],
+            num_gpus=max(r.num_gpus, sum(map(len, known[r.job_id].values()))),
+        )
+        if r.job_id in known and not r.gpus
+        else r
         for r in records
     ]

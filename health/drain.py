@@ -9,27 +9,33 @@ its value now.
 
 sing drains only with `[health] drain = true` and `dry_run = false`, through the executor's
 `drain(node, reason)`, and records each decision (dry run or not, done or failed) as an
-`action`/`drain` row of `policy_events`, the audit trail the policies keep. A node that sing
-drained after its newest evidence is not drained again: an admin who resumed it decided so,
-until a reading changes.
+`action`/`drain` row of `policy_events`, the audit trail the policies keep. Before it asks the
+executor, an `action`/`drain_intent` row is written; the `drain` row after it names the same
+intent. An intent left without an outcome (the process ended between the two) is settled at
+the next run with the node's state as the scheduler shows it, before anything else is drained.
+A node that sing drained after its newest evidence is not drained again: an admin who resumed it
+decided so, until a reading changes.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import duckdb
 
-from executors.base import executor_settings, make_executor
+from executors.base import Executor, executor_settings, make_executor
 from health.settings import HealthSettings
 from policy.audit import ACTION, Event, actor, record
 from sing.config import Config
-from sing.errors import UserError
 from warehouse.store import Warehouse
 
 DRAIN = "drain"  # the outcome of a drain in policy_events
+DRAIN_INTENT = "drain_intent"  # written before the executor is asked to drain
+UNSETTLED = "unknown"  # an intent whose node's state could not be read: it stays open
 FLAGS = ("row_remap_failed", "retired_pages_pending")
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 REASON_CHARS = re.compile(r"[^A-Za-z0-9_./:+=(), -]")
@@ -59,12 +65,25 @@ FROM s GROUP BY ALL
 ORDER BY cluster, node, component, device, signal
 """
 
-# The newest successful real drain per node, from the audit trail.
+# The newest successful real drain per node, from the audit trail: done, or an unrecorded one
+# that reconciliation found done (both are `drain` rows with ok).
 DRAINED_SQL = f"""
 SELECT cluster, detail ->> '$.node' AS node, max(ts) AS drained_at
 FROM policy_events
 WHERE event = '{ACTION}' AND outcome = '{DRAIN}' AND ok AND NOT dry_run
 GROUP BY ALL
+"""
+
+# The cluster's drain intents that no `drain` row names: the process ended between the two.
+OPEN_INTENTS_SQL = f"""
+SELECT i.ts, i.detail
+FROM policy_events i
+WHERE i.event = '{ACTION}' AND i.outcome = '{DRAIN_INTENT}' AND i.cluster = $cluster
+  AND NOT EXISTS (
+      SELECT 1 FROM policy_events o
+      WHERE o.event = '{ACTION}' AND o.outcome = '{DRAIN}'
+        AND o.detail ->> '$.intent' = i.detail ->> '$.intent')
+ORDER BY i.ts
 """
 
 
@@ -152,56 +171,121 @@ def run(
     now: datetime | None = None,
 ) -> dict:
     """List the candidates and, with `[health] drain = true` and `dry_run = false` (and not
-    `force_dry_run`, nor a past `now`), drain those of this site's cluster through its executor.
-    Returns `mode`
-    (what was done, in words) and `nodes` (each candidate with `done`, `ok`, `error`)."""
+    `force_dry_run`, nor a past `now`), settle open drain intents, then drain the candidates of
+    this site's cluster through its executor. Returns `mode` (what was done, in words), `nodes`
+    (each candidate with `done`, `ok`, `error`) and `reconciled` (each intent settled)."""
     settings = config.section("health", HealthSettings)
     force_dry_run = force_dry_run or now is not None  # judged as of then, never drained now
     now = now or datetime.now(UTC)
+    cluster = config.site.cluster
     con = warehouse.connect({"health_samples": None, "policy_events": None})
     found = candidates(con, settings, now)
-    drained = {(c, n): at for c, n, at in con.execute(DRAINED_SQL).fetchall()}
     allowed = settings.drain and not force_dry_run
     dry_run = not allowed or settings.dry_run
-    executor = make_executor(config) if allowed and not dry_run and found else None
+    intents = open_intents(con, cluster) if allowed and not dry_run else []
+    executor = make_executor(config) if allowed and not dry_run and (found or intents) else None
     kind = executor_settings(config).kind
     who = actor("sing health drain")
+    reconciled = [reconcile(warehouse, executor, i, who, kind) for i in intents]
+    if reconciled:  # the views are a snapshot: read the drains just settled too
+        con = warehouse.connect({"policy_events": None})
+    drained = {(c, n): at for c, n, at in con.execute(DRAINED_SQL).fetchall()}
+    unsettled = {(r["cluster"], r["node"]) for r in reconciled if r["done"] == UNSETTLED}
     rows, events = [], []
     for node in found:
         row = {**node, "done": "no", "ok": True, "error": None}
         before = drained.get((node["cluster"], node["node"]))
         if before is not None and before >= node["newest_evidence"]:
             row["done"] = f"drained {before:%Y-%m-%d %H:%M} UTC, nothing newer"
-        elif allowed:
-            row = _drain(row, executor, config.site.cluster)
+        elif (node["cluster"], node["node"]) in unsettled:
+            error = "an earlier drain's outcome is unknown (see reconciled); left alone"
+            row = {**row, "done": "not drained", "ok": False, "error": error}
+        elif allowed and executor is None:
+            row["done"] = "dry run"
             events.append(_event(row, now, who, dry_run, kind))
+        elif allowed:
+            row = drain_node(warehouse, executor, row, cluster, who, kind)
         rows.append(row)
     record(warehouse, events)
-    return {"mode": _mode(settings, force_dry_run), "nodes": rows}
+    return {"mode": _mode(settings, force_dry_run), "nodes": rows, "reconciled": reconciled}
 
 
-def _drain(row: dict, executor, cluster: str) -> dict:
-    """Drain the candidate through `executor` (None: dry run) and say how it went."""
-    if executor is None:
-        return {**row, "done": "dry run"}
+def drain_node(
+    warehouse: Warehouse, executor: Executor, row: dict, cluster: str, who: str, kind: str
+) -> dict:
+    """Drain one candidate for real: the intent is recorded before the executor is asked, the
+    outcome after (each at the time it is written); any error of the executor is a failed
+    drain, recorded, never the run's end. Returns the row with `done`, `ok` and `error`."""
+    refused = _refusal(row, cluster)
+    if refused:
+        row = {**row, "done": "failed", "ok": False, "error": refused}
+        record(warehouse, [_event(row, datetime.now(UTC), who, False, kind)])
+        return row
+    intent = uuid.uuid4().hex
+    record(warehouse, [_event(row, datetime.now(UTC), who, False, kind, DRAIN_INTENT, intent)])
     try:
-        if row["cluster"] != cluster:
-            raise UserError(f"node of cluster {row['cluster']!r}; this site drains {cluster!r}")
-        if not NODE_NAME.match(row["node"]):
-            raise UserError(f"{row['node']!r} is not a node name sing passes to a command")
         executor.drain(row["node"], row["reason"])
-    except UserError as err:
-        return {**row, "done": "failed", "ok": False, "error": str(err)}
-    return {**row, "done": "drained"}
+    except Exception as err:  # noqa: BLE001 - any executor failure is a failed drain
+        row = {**row, "done": "failed", "ok": False, "error": str(err) or type(err).__name__}
+    else:
+        row = {**row, "done": "drained"}
+    record(warehouse, [_event(row, datetime.now(UTC), who, False, kind, DRAIN, intent)])
+    return row
 
 
-def _event(row: dict, now: datetime, who: str, dry_run: bool, kind: str) -> Event:
+def _refusal(row: dict, cluster: str) -> str | None:
+    """Why sing must not pass this candidate to the executor, or None."""
+    if row["cluster"] != cluster:
+        return f"node of cluster {row['cluster']!r}; this site drains {cluster!r}"
+    if not NODE_NAME.match(row["node"]):
+        return f"{row['node']!r} is not a node name sing passes to a command"
+    return None
+
+
+def open_intents(con: duckdb.DuckDBPyConnection, cluster: str) -> list[dict]:
+    """The cluster's drain intents without an outcome: each intent row's detail, with `ts`."""
+    rows = con.execute(OPEN_INTENTS_SQL, {"cluster": cluster}).fetchall()
+    return [{**json.loads(detail), "cluster": cluster, "ts": ts} for ts, detail in rows]
+
+
+def reconcile(warehouse: Warehouse, executor: Executor, intent: dict, who: str, kind: str) -> dict:
+    """Settle an intent whose outcome went unrecorded with the node's state now: drained or
+    draining with sing's reason is the drain done (counted by DRAINED_SQL, so not done twice);
+    anything else is a drain not done. When the state cannot be read the intent stays open
+    and the node is left alone (`done` = UNSETTLED). Returns what was found."""
+    found = {"cluster": intent["cluster"], "node": intent["node"], "intent_at": intent["ts"]}
+    try:
+        state = executor.node_state(intent["node"])
+    except Exception as err:  # noqa: BLE001 - unsure: record nothing, drain nothing, say so
+        error = f"cannot read its state, the intent stays open: {str(err) or type(err).__name__}"
+        return {**found, "done": UNSETTLED, "ok": False, "error": error}
+    if state is not None and state.drained and state.reason == intent["reason"]:
+        row = {**intent, "done": "drained", "ok": True, "error": None}
+    else:
+        shown = "not listed" if state is None else f"{state.state} ({state.reason or 'no reason'})"
+        error = f"the process ended before the drain's outcome; the scheduler shows {shown}"
+        row = {**intent, "done": "not drained", "ok": False, "error": error}
+    record(warehouse, [_event(row, datetime.now(UTC), who, False, kind, DRAIN, intent["intent"])])
+    return {**found, "done": row["done"], "ok": row["ok"], "error": row["error"]}
+
+
+def _event(
+    row: dict,
+    now: datetime,
+    who: str,
+    dry_run: bool,
+    kind: str,
+    outcome: str = DRAIN,
+    intent: str | None = None,
+) -> Event:
     detail = {k: row[k] for k in ("node", "reason", "command", "evidence", "error")}
+    if intent is not None:
+        detail["intent"] = intent  # ties a drain to the intent before it
     return Event(
         ts=now,
         cluster=row["cluster"],
         event=ACTION,
-        outcome=DRAIN,
+        outcome=outcome,
         actor=who,
         dry_run=dry_run,
         channel=kind,

@@ -123,13 +123,21 @@ DRAIN_COLUMNS = (
 def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     outcome = drain.run(wh, config, force_dry_run=args.dry_run, now=args.now)
+    unsettled = any(r["done"] == drain.UNSETTLED for r in outcome["reconciled"])
+    status = 0 if all(row["ok"] for row in outcome["nodes"]) and not unsettled else 1
     if args.json:
         json.dump(outcome, sys.stdout, default=str)
         print()
-        return 0 if all(row["ok"] for row in outcome["nodes"]) else 1
+        return status
+    for settled in outcome["reconciled"]:
+        print(
+            f"An earlier drain of {settled['node']} ({settled['intent_at']:%Y-%m-%d %H:%M} UTC) "
+            f"went unrecorded: {settled['done']}"
+            + (f"; {settled['error']}" if settled["error"] else "")
+        )
     if not outcome["nodes"]:
         print("No node crosses the [health] drain limits.")
-        return 0
+        return status
     print(render(outcome["nodes"], DRAIN_COLUMNS))
     print()
     for row in outcome["nodes"]:
@@ -138,4 +146,4 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
             print(f"  failed: {row['error']}", file=sys.stderr)
     print()
     print(outcome["mode"])
-    return 0 if all(row["ok"] for row in outcome["nodes"]) else 1
+    return status

@@ -28,6 +28,7 @@ from collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
 from tests.pki import Pki, make_pki
+from tests.ports import free_port
 from tests.test_exporter_web import PASSWORD, bcrypt_hash, write_web_config
 from warehouse.store import Warehouse
 
@@ -56,12 +57,6 @@ rdma:
     tx_bytes_per_s: 1.0e+9
     rx_bytes_per_s: 2.0e+9
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(check, timeout_s: float = 20.0, what: str = "condition"):

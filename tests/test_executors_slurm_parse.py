@@ -25,7 +25,11 @@ from warehouse.store import Warehouse
 DATA = Path(__file__).parent / "executors_data"
 SQUEUE = (DATA / "squeue_v0.0.38.json").read_text()
 SACCT = (DATA / "sacct_v0.0.38.json").read_text()
-SACCT_TEXT = "1|singtest|3:0\n2|root|0:0\n3|root|0:0\n"
+SACCT_TEXT = (
+    "1|singtest|3:0|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2\n"
+    "2|root|0:0|cpu=2,node=2,billing=2,gres/gpu=8,gres/gpu:a100=8\n"
+    "3|root|0:0|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1\n"
+)
 
 
 def at(epoch: int) -> datetime:
@@ -36,7 +40,7 @@ def test_tres_typed_and_untyped_gpus_are_not_double_counted():
     both = parse_tres("cpu=2,node=2,billing=2,gres/gpu=8,gres/gpu:a100=8", "t")
     assert gpu_count(both) == 8
     assert gpu_count(parse_tres("cpu=1,gres/gpu:a100=2,gres/gpu:v100=1", "t")) == 3
-    assert gpu_count(parse_tres("cpu=1,mem=4000M,node=1", "t")) == 0
+    assert gpu_count(parse_tres("cpu=1,mem=4000M,node=1", "t")) is None  # names no GPU
     with pytest.raises(UserError, match="'gpu' is not NAME=COUNT"):
         parse_tres("cpu=1,gpu", "squeue")
 
@@ -84,7 +88,7 @@ def test_newer_json_shapes_number_objects_and_state_lists():
                                {"type": "gres", "name": "gpu:h100", "id": 1002, "count": 2}]},
     }  # fmt: skip
     dump = json.dumps({"meta": {"plugin": {"type": "data_parser/v0.0.40"}}, "jobs": [job]})
-    (record,) = parse_sacct(dump, "77|bob|0:15\n", "campus")
+    (record,) = parse_sacct(dump, "77|bob|0:15|gres/gpu=2\n", "campus")
     assert (record.state, record.exit_code, record.time_limit_s) == ("TIMEOUT", 143, 240)
     assert (record.num_gpus, record.nodes, record.interactive) == (2, ("n01", "n02"), True)
     assert record.start_time == at(160)
@@ -110,9 +114,9 @@ def test_truncated_or_malformed_output_is_a_clear_error():
     with pytest.raises(UserError, match="sacct --json: output is not valid JSON.*truncated"):
         parse_sacct(SACCT[: len(SACCT) // 2], SACCT_TEXT, "campus")
     with pytest.raises(UserError, match="no line for job 3; truncated"):
-        parse_sacct(SACCT, "1|singtest|3:0\n2|root|0:0\n", "campus")
-    with pytest.raises(UserError, match="sacct -P line 2: expected 3 fields"):
-        parse_sacct(SACCT, "1|singtest|3:0\n2|root\n", "campus")
+        parse_sacct(SACCT, "1|singtest|3:0|\n2|root|0:0|\n", "campus")
+    with pytest.raises(UserError, match="sacct -P line 2: expected 4 fields"):
+        parse_sacct(SACCT, "1|singtest|3:0|\n2|root|0:0\n", "campus")
     with pytest.raises(UserError, match="squeue --json: no 'jobs' list"):
         parse_squeue('{"meta": {}, "job": []}', "campus")
 

@@ -31,7 +31,7 @@ SQUEUE_FIELDS = ("job_id", "job_state", "nodes", "time_limit", "comment", "user_
                  "gres_detail")  # fmt: skip
 SACCT_FIELDS = ("job_id", "state", "time", "comment", "user", "account", "partition", "name",
                 "nodes", "tres")  # fmt: skip
-SACCT_TEXT = "1|singtest|3:0\n2|root|0:0\n3|root|0:0\n"
+SACCT_TEXT = "1|singtest|3:0|gres/gpu=2\n2|root|0:0|gres/gpu=8\n3|root|0:0|\n"
 
 
 def trimmed(file: str, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from executors.settings import ExecutorSettings
+from executors.slurm import SlurmExecutor
 from health.drain import candidates, command, reason_text
 from health.settings import HealthSettings
 from sing.config import Config, ConfigError
@@ -215,6 +217,15 @@ def test_with_permission_the_node_over_a_limit_is_drained(
             "sing health: row_remap_failed=1 on gpu 2 (limit 1), xid_79=+1 on gpu 5 (limit 1)"
         )
         assert states["gpu-2"][0] == "idle"  # under every limit
+        # what reconciliation reads back (health.drain.reconcile) from this real Slurm
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in slurm.env.items():
+                patch.setenv(key, value)
+            executor = SlurmExecutor(CLUSTER, ExecutorSettings())
+            seen, other = executor.node_state("gpu-1"), executor.node_state("gpu-2")
+            unknown = executor.node_state("gpu-99")
+        assert seen is not None and seen.drained and seen.reason == reason
+        assert other is not None and not other.drained and unknown is None
         (event,) = drains(wh)
         assert (event["dry_run"], event["ok"], event["channel"]) == (False, True, "slurm")
         detail = json.loads(event["detail"])

@@ -164,6 +164,11 @@ TABLES: dict[str, Table] = {
                 ("duration_s", pa.float64()),
                 ("samples", pa.int32()),
                 ("error", pa.string()),
+                # Values of the page dropped because they fit no column (an integer beyond
+                # int64, a GPU index beyond int16), and why: "mem_used_bytes_out_of_range=1, ...";
+                # the rest of the page is stored. NULL: a failed scrape, or an older collector.
+                ("dropped", pa.int32()),
+                ("dropped_reasons", pa.string()),
             ),
             time_column="ts",
             doc="One row per scrape attempt of a target (up=false with the error).",
@@ -182,7 +187,8 @@ TABLES: dict[str, Table] = {
                 # evaluation: violating, recovered, exempt, stale, ended, changed;
                 # message: notify, warn, cancelled, held (waits: detail says why), job_end,
                 # weekly_digest, monthly_digest;
-                # action: cancel, left_alone; drain (health.drain: detail names the node).
+                # action: cancel, left_alone; drain_intent, then drain (health.drain: detail
+                # names the node and the intent).
                 ("outcome", pa.string()),
                 ("deadline", UTC_TS),  # a warning's: the job is cancelled after it
                 ("channel", pa.string()),  # message: email or webhook; action: the executor kind
@@ -271,6 +277,21 @@ TABLES: dict[str, Table] = {
             ),
             key=("cluster",),
             doc="Where incident detection stands (health/detect.py): its last round, per cluster.",
+        ),
+        Table(
+            "command_failures",
+            _schema(
+                ("ts", UTC_TS),
+                ("cluster", pa.string()),
+                ("command", pa.string()),  # the scheduler command: "squeue", "sacct", "sinfo"...
+                ("reason", pa.string()),  # "timeout" or "failed" (executors.base.CommandError)
+                ("error", pa.string()),  # what it said, e.g. "squeue timed out after 30 s: ..."
+                ("actor", pa.string()),  # who ran it: "sing collector@head1"
+            ),
+            time_column="ts",
+            doc="Scheduler commands that failed or timed out (the collector's job sync), "
+            "for `sing doctor head`.",
+            raw=False,
         ),
         Table(
             "sim_runs",
