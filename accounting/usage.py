@@ -11,8 +11,11 @@ Every figure counts only the part of a job inside [since, until) (running jobs u
 - energy: the GPUs' counter deltas (resets handled by the writer) in the window, plus the job's
   share of its nodes' host power if configured, x PUE; carbon: energy x grid intensity by the
   hour of use (`accounting.carbon`).
-The GPU model is the node's inventory version in force at the job's start; a job spanning
-nodes of several models is split between them by its GPUs on each node.
+The GPU model is the node's inventory version in force at the job's start; a job that started
+before its node's first version (running when sing was installed, or synced from before it) takes
+that first version, since the hardware did not change, and the report says how many jobs and
+GPU-hours were priced so (`later_inventory_*`). A job spanning nodes of several models is split
+between them by its GPUs on each node.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ FIGURES = (
     "energy_kwh",
     "carbon_kg",
 )
+# Jobs and GPU-hours whose GPU model came from a node inventory version recorded after they
+# started (the node's first: the jobs running when sing was installed).
+LATER_INVENTORY = ("later_inventory_jobs", "later_inventory_gpu_hours")
 
 # The jobs that overlap the window (of the cluster and account asked for, if any).
 IN_WINDOW = """
@@ -103,7 +109,9 @@ WITH j AS (
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            sum(energy_j) AS gpu_energy_j
     FROM gpus GROUP BY ALL
-), versions AS ({NODE_VERSIONS_SQL}
+), versions AS (
+    SELECT *, valid_from = min(valid_from) OVER (PARTITION BY cluster, node) AS first_version
+    FROM ({NODE_VERSIONS_SQL})
 ), on_nodes AS (
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, unnest(nodes) AS node,
            len(nodes) AS n
@@ -114,19 +122,22 @@ WITH j AS (
 ), models AS (
     -- Per job and GPU model: the job's share (its nodes of that model over all its nodes;
     -- Slurm gives every node of a job the same GPUs) and GPU-seconds there x the share of each
-    -- node's GPUs held, for the host power. A job without a node list or inventory has model
-    -- NULL.
+    -- node's GPUs held, for the host power. A job that started before its node's first
+    -- version takes that version (`later_inventory`). A job without a node list or inventory
+    -- has model NULL.
     SELECT o.cluster, o.job_id, v.gpu_model AS model, sum(1 / o.n) AS share,
            sum(least(o.num_gpus / o.n / nullif(v.gpus, 0), 1) * epoch(o.w_end - o.w_start))
-               AS host_s
+               AS host_s,
+           coalesce(bool_or(o.start_time < v.valid_from), false) AS later_inventory
     FROM on_nodes o
     LEFT JOIN versions v ON v.cluster = o.cluster AND v.node = o.node
-     AND v.valid_from <= o.start_time AND o.start_time < v.valid_until
+     AND (v.valid_from <= o.start_time OR v.first_version) AND o.start_time < v.valid_until
     GROUP BY ALL
 )
 SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.w_start, j.w_end, j.wait_s,
        j.num_gpus * epoch(j.w_end - j.w_start) / 3600 AS allocated_gpu_hours,
-       m.mean_util, m.idle_share, m.gpu_energy_j, md.model, md.share, md.host_s
+       m.mean_util, m.idle_share, m.gpu_energy_j, md.model, md.share, md.host_s,
+       coalesce(md.later_inventory, false) AS later_inventory
 FROM j LEFT JOIN measured m USING (cluster, job_id) LEFT JOIN models md USING (cluster, job_id)
 """
 
@@ -180,7 +191,15 @@ def usage(
     grouped = _aggregate(_figures(rows, settings), list(keys), settings)
     if keys == ("account",) and settings.allocations:
         grouped = _with_allocations(grouped, settings, params["since"], params["until"], account)
-    columns = [*keys, "jobs", *FIGURES[:3], "unmeasured_gpu_hours", "mean_wait_s", *FIGURES[3:]]
+    columns = [
+        *keys,
+        "jobs",
+        *FIGURES[:3],
+        "unmeasured_gpu_hours",
+        "mean_wait_s",
+        *FIGURES[3:],
+        *LATER_INVENTORY,
+    ]
     extra = [c for c in ("allocation_units", "remaining_units") if c in grouped.columns]
     return grouped.select(*columns, *extra).sort(
         ["allocated_gpu_hours", *keys], descending=[True] + [False] * len(keys), nulls_last=True
@@ -232,6 +251,7 @@ def _figures(rows: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
         used_gpu_hours=allocated * pl.col("mean_util"),
         idle_gpu_hours=allocated * pl.col("idle_share"),
         unmeasured_gpu_hours=pl.when(pl.col("mean_util").is_null()).then(allocated).otherwise(0.0),
+        later_inventory_gpu_hours=pl.when(pl.col("later_inventory")).then(allocated).otherwise(0.0),
         charge_units=allocated * pl.col("weight"),
         energy_kwh=energy_j / J_PER_KWH,
         carbon_kg=energy_j / J_PER_KWH * pl.col("g_per_kwh") / 1000,
@@ -241,7 +261,7 @@ def _figures(rows: pl.DataFrame, settings: AccountingSettings) -> pl.DataFrame:
 
 
 def _aggregate(rows: pl.DataFrame, by: list[str], settings: AccountingSettings) -> pl.DataFrame:
-    sums = [pl.col(c).sum() for c in (*FIGURES[:5], "unmeasured_gpu_hours")]
+    sums = [pl.col(c).sum() for c in (*FIGURES[:5], "unmeasured_gpu_hours", LATER_INVENTORY[1])]
     carbon_kg = pl.col("carbon_kg").sum()
     if settings.has_carbon:
         carbon_kg = pl.when(pl.col("carbon_unknown").any()).then(None).otherwise(carbon_kg)
@@ -250,6 +270,10 @@ def _aggregate(rows: pl.DataFrame, by: list[str], settings: AccountingSettings) 
     return rows.group_by(by).agg(
         *sums,
         jobs=pl.struct("cluster", "job_id").n_unique().cast(pl.Int64),
+        later_inventory_jobs=pl.struct("cluster", "job_id")
+        .filter(pl.col("later_inventory"))
+        .n_unique()
+        .cast(pl.Int64),
         # a job split between models waits in each by its share
         mean_wait_s=(pl.col("wait_s") * pl.col("share")).sum()
         / pl.col("share").filter(pl.col("wait_s").is_not_null()).sum(),
@@ -326,6 +350,20 @@ def method(settings: AccountingSettings) -> dict[str, str]:
         + host
         + f", x PUE {settings.pue:g}",
         "carbon": carbon_note,
-        "model": "GPU model of the node inventory at the job's start; a job spanning models is "
-        "split by its GPUs on each",
+        "model": "GPU model of the node inventory at the job's start (a job that started before "
+        "its node's first inventory version takes that version: later_inventory_*); a job "
+        "spanning models is split by its GPUs on each",
     }
+
+
+def footnotes(frame: pl.DataFrame) -> list[str]:
+    """Footnotes on the rows of `usage` that a reader must not miss: how much was priced from a
+    node inventory recorded after the jobs started (the model assumed, not known at the time)."""
+    jobs, gpu_hours = (frame[c].sum() for c in LATER_INVENTORY)
+    if not jobs:
+        return []
+    return [
+        f"inventory: {jobs} job(s), {gpu_hours:.1f} GPU-h started before their nodes' first "
+        "inventory version and are priced by it (the same hardware assumed); see "
+        "later_inventory_jobs / later_inventory_gpu_hours in --json or --csv"
+    ]

@@ -73,7 +73,7 @@ def timed_run(at: AppTest) -> float:
 
 def measure(root: Path) -> list[tuple[str, float, float]]:
     os.environ["SING_WAREHOUSE"] = str(root)
-    os.environ["SING_DASHBOARD_DEMO"] = "1"
+    sys.argv = [APP, "--demo"]  # demo mode, as `streamlit run app.py -- --demo` gets it
     job = biggest_job(root)
     rows = []
     for spec in PAGES:

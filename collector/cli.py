@@ -112,6 +112,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from policy.cli import policy_job
 
     run_forever(
-        collector, round_job, policy_job(config, warehouse), detection_job(config, warehouse)
+        collector,
+        round_job,
+        policy_job(config, warehouse),
+        detection_job(config, warehouse, pull=bool(settings.prometheus_url)),
     )
     return 0

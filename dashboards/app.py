@@ -4,18 +4,21 @@ Every script run starts here: identify the viewer (`dashboards.identity`), refus
 is not proved, then register only the pages the viewer's role may open and run the chosen one.
 Pages never check identity themselves; they read the `Visit` this script stored.
 
-Environment (set by `sing dashboard`): SING_CONFIG, SING_WAREHOUSE, SING_DASHBOARD_DEMO=1.
+Environment (set by `sing dashboard`): SING_CONFIG, SING_WAREHOUSE. Demo mode only from the
+script's own argument `--demo` (`sing dashboard --demo` runs `streamlit run app.py -- --demo`),
+never from the environment, which a shell or unit file hands down unseen.
 """
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
 from dashboards import access, data
+from dashboards.cli import DEMO_ARG
 from dashboards.identity import PROXY_SECRET_HEADER, Refusal, identify, read_proxy_secret
 from dashboards.settings import DashboardSettings, RoleSettings
 from dashboards.widgets import VISIT_KEY, Visit
@@ -38,7 +41,7 @@ config = Config.load()
 settings = config.section("dashboard", DashboardSettings)
 roles = config.section("roles", RoleSettings)
 warehouse = str(config.warehouse_dir())
-demo = settings.demo or os.environ.get("SING_DASHBOARD_DEMO") == "1"
+demo = DEMO_ARG in sys.argv[1:]
 
 
 def sign_in() -> access.Viewer | Refusal | None:

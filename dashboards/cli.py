@@ -1,8 +1,12 @@
 """`sing dashboard`: serve the Streamlit app over the warehouse.
 
 Streamlit owns its server and event loop, so the app runs as `streamlit run` in a child process;
-the config file, warehouse and demo switch reach it through the environment (SING_CONFIG,
-SING_WAREHOUSE, SING_DASHBOARD_DEMO), which `Config.load` reads there as it does here.
+the config file and warehouse reach it through the environment (SING_CONFIG, SING_WAREHOUSE),
+which `Config.load` reads there as it does here. Demo mode (no sign-in, a role chooser) does not:
+an environment is inherited unseen from a shell or a unit file, so demo mode would switch on
+where nobody asked for it. It is passed as the script's own argument (`streamlit run app.py --
+--demo`), which only this command writes; a SING_DASHBOARD_DEMO found in the environment is
+ignored, and said to be.
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from dashboards.settings import DashboardSettings
 from sing.config import Config, ConfigError
 
 APP = Path(__file__).with_name("app.py")
+# The app's argument that turns demo mode on (dashboards.app reads it from its sys.argv).
+DEMO_ARG = "--demo"
+# The environment variable that once switched demo mode on: now only reported as ignored.
+DEMO_ENV = "SING_DASHBOARD_DEMO"
+# What the start-up line and every page's banner say while demo mode is on.
+DEMO_WORDS = "Demo mode: no sign-in, anyone may choose any role"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def streamlit_command(args: argparse.Namespace, settings: DashboardSettings) -> list[str]:
+def streamlit_command(
+    args: argparse.Namespace, settings: DashboardSettings, demo: bool = False
+) -> list[str]:
+    """`streamlit run` of the app; `demo` passes DEMO_ARG to the app, after `--`."""
     return [
         sys.executable,
         "-m",
@@ -47,6 +60,7 @@ def streamlit_command(args: argparse.Namespace, settings: DashboardSettings) -> 
         "--client.toolbarMode=viewer",
         f"--server.port={args.port or settings.port}",
         f"--server.address={args.address or settings.address}",
+        *(["--", DEMO_ARG] if demo else []),
     ]
 
 
@@ -59,15 +73,20 @@ def run(args: argparse.Namespace, config: Config) -> int:
     env = {**os.environ, "SING_WAREHOUSE": str(config.warehouse_dir(args.warehouse).resolve())}
     if config.path is not None:
         env["SING_CONFIG"] = str(config.path)
-    if args.demo:
-        env["SING_DASHBOARD_DEMO"] = "1"
+    if env.pop(DEMO_ENV, None) is not None:
+        print(
+            f"sing dashboard: {DEMO_ENV} is set in the environment and IGNORED: demo mode comes "
+            "only from `sing dashboard --demo`",
+            file=sys.stderr,
+        )
+    demo = args.demo or settings.demo
     print(
         f"sing dashboard on http://{args.address or settings.address}:{args.port or settings.port}"
-        f" (warehouse {env['SING_WAREHOUSE']}{', demo mode' if args.demo else ''})",
+        f" (warehouse {env['SING_WAREHOUSE']})" + (f"; {DEMO_WORDS.upper()}" if demo else ""),
         file=sys.stderr,
     )
     sys.stderr.flush()
     # Become the Streamlit server (same PID), so whoever started `sing dashboard` stops the
     # server itself with a signal and no orphaned process is left behind.
-    command = streamlit_command(args, settings)
+    command = streamlit_command(args, settings, demo)
     os.execve(command[0], command, env)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.access import Viewer
+from dashboards.cli import DEMO_WORDS
 from sing.config import Config
 
 VISIT_KEY = "_sing_visit"
@@ -34,8 +35,8 @@ def visit() -> Visit:
         st.stop()
     if current.demo:
         st.warning(
-            "Demo mode: no sign-in; anyone who can reach this dashboard sees it, in the role "
-            "picked in the sidebar.",
+            f"{DEMO_WORDS}: whoever reaches this dashboard sees it in the role picked in the "
+            "sidebar.",
             icon=":material/visibility:",
         )
     return current

@@ -81,13 +81,21 @@ class DetectionRound:
 
 
 def detect_round(
-    warehouse: Warehouse, settings: HealthSettings, cluster: str, now: datetime | None = None
+    warehouse: Warehouse,
+    settings: HealthSettings,
+    cluster: str,
+    now: datetime | None = None,
+    site_cluster: str | None = None,
 ) -> DetectionRound:
-    """Read what arrived since the last round, open or note incidents, record the progress.
-    `cluster` is the site's: the progress is kept per cluster, and a node that stops answering
-    is of the cluster the inventory (`nodes`) puts it in, else of this one."""
+    """Read what arrived for `cluster` since its last round, open or note incidents, record
+    its progress. Only that cluster's readings are read and only its watermark moves, so the
+    readings of another cluster sharing the warehouse (newer or older) neither open incidents
+    here nor make this round skip its own late readings. Scrapes carry no cluster: a node is
+    of the cluster the inventory (`nodes`) puts it in, else of `site_cluster` (the site's,
+    default `cluster`)."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
+    site_cluster = site_cluster or cluster
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
@@ -97,8 +105,7 @@ def detect_round(
         streaks_from = scrapes_from - timedelta(minutes=settings.node_down_minutes) - STREAK_MARGIN
         _recent_view(con, warehouse, "health_samples", readings_from)
         _recent_view(con, warehouse, "scrapes", streaks_from)
-        readings = _readings(con, settings, readings_from)
-        scrapes = _node_answers(con, streaks_from)
+        readings = _readings(con, settings, readings_from, cluster)
         # scrapes carry no cluster: a node the inventory knows in one cluster only is of that one
         node_clusters = dict(
             con.execute(
@@ -106,13 +113,21 @@ def detect_round(
                 "HAVING count(DISTINCT cluster) = 1"
             ).fetchall()
         )
-        # The newest reading of any signal: the next round starts after it.
-        ((samples_until,),) = con.execute("SELECT max(ts) FROM health_samples").fetchall()
+        scrapes = [
+            answer
+            for answer in _node_answers(con, streaks_from)
+            if node_clusters.get(answer[0], site_cluster) == cluster
+        ]
+        # The newest reading of any of this cluster's signals: its next round starts after it.
+        ((samples_until,),) = con.execute(
+            "SELECT max(ts) FROM health_samples WHERE cluster = ?", [cluster]
+        ).fetchall()
         open_now = {
             (c, n, d, k): i
             for i, c, n, d, k in con.execute(
                 "SELECT incident_id, cluster, node, device, class FROM incidents "
-                "WHERE closed_at IS NULL"
+                "WHERE closed_at IS NULL AND cluster = ?",
+                [cluster],
             ).fetchall()
         }
     finally:
@@ -121,7 +136,7 @@ def detect_round(
     findings = sorted(
         [
             *signal_findings(readings, settings, samples_from),
-            *node_down_findings(scrapes, settings, cluster, scrapes_from, node_clusters),
+            *node_down_findings(scrapes, settings, site_cluster, scrapes_from, node_clusters),
         ],
         key=lambda f: f.ts,
     )
@@ -149,22 +164,39 @@ def detect_round(
 
 
 def detection_job(
-    config: Config, warehouse: Warehouse
-) -> tuple[Callable[[], DetectionRound], float] | None:
-    """The collector's scheduled detection round and its interval; None when `[health]
-    interval_s = 0`. On by default: a round reads only what arrived since the last one."""
+    config: Config, warehouse: Warehouse, pull: bool = False
+) -> tuple[Callable[[], list[DetectionRound]], float] | None:
+    """The collector's scheduled detection rounds and their interval; None when `[health]
+    interval_s = 0`. On by default: a round reads only what arrived since the last one.
+
+    A collector detects the clusters it writes: the site's; in pull mode (`pull`: a Prometheus
+    server may hold several clusters) also every cluster of the inventory, one round each."""
     settings = config.section("health", HealthSettings)
     if settings.interval_s <= 0:
         return None
-    cluster = config.site.cluster
+    site = config.site.cluster
 
-    def job() -> DetectionRound:
-        result = detect_round(warehouse, settings, cluster)
-        for finding in result.findings:
-            log.warning("health: %s", finding.text)
-        return result
+    def job() -> list[DetectionRound]:
+        rounds = []
+        for cluster in watched_clusters(warehouse, site) if pull else [site]:
+            result = detect_round(warehouse, settings, cluster, site_cluster=site)
+            for finding in result.findings:
+                log.warning("health: %s", finding.text)
+            rounds.append(result)
+        return rounds
 
     return job, settings.interval_s
+
+
+def watched_clusters(warehouse: Warehouse, site: str) -> list[str]:
+    """The site's cluster first, then the other clusters the node inventory names."""
+    con = warehouse.connect({"nodes": None})
+    try:
+        rows = con.execute("SELECT DISTINCT cluster FROM nodes WHERE cluster IS NOT NULL")
+        others = sorted({c for (c,) in rows.fetchall()} - {site})
+    finally:
+        con.close()
+    return [site, *others]
 
 
 def signal_findings(
@@ -254,11 +286,11 @@ def _recent_view(
 
 
 def _readings(
-    con: duckdb.DuckDBPyConnection, settings: HealthSettings, since: datetime
+    con: duckdb.DuckDBPyConnection, settings: HealthSettings, since: datetime, cluster: str
 ) -> list[dict[str, Any]]:
-    """The readings of the signals detection watches, newer than `since`, in time order, each
-    with its series' previous value among them (`prev`; `_previous_values` fills it for each
-    series' first one)."""
+    """The readings of `cluster`'s signals detection watches, newer than `since`, in time order,
+    each with its series' previous value among them (`prev`; `_previous_values` fills it for
+    each series' first one)."""
     signals = [f"xid_{code}" for code in settings.serious_xids]
     signals += [*ECC_SIGNALS, "row_remap_failed", "link_downed"]
     return dicts(
@@ -267,10 +299,11 @@ def _readings(
         SELECT cluster, node, component, device, gpu_uuid, signal, ts, value,
                lag(value) OVER (PARTITION BY cluster, node, component, device, signal
                                 ORDER BY ts) AS prev
-        FROM health_samples WHERE list_contains($signals, signal) AND ts > $since
+        FROM health_samples
+        WHERE list_contains($signals, signal) AND ts > $since AND cluster = $cluster
         ORDER BY ts, node, device, signal
         """,
-        {"signals": signals, "since": since},
+        {"signals": signals, "since": since, "cluster": cluster},
     )
 
 

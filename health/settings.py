@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sing.config import ConfigError
+from sing.digits import ascii_digits
 
 # 48 double-bit ECC, 63/64 row remapping (pending / failed), 74 NVLink, 79 fallen off the bus,
 # 92 high single-bit ECC rate, 94/95 contained / uncontained ECC, 119/120 GSP timeout / error,
@@ -62,7 +63,9 @@ class HealthSettings:
         if self.drain_ecc_uncorrected < 0 or self.drain_link_downed < 0:
             raise ConfigError("[health] drain_ecc_uncorrected and drain_link_downed must be >= 0")
         for code, count in self.drain_xid.items():
-            if not code.isdigit() or count < 0:
+            # ASCII only: "٧٩" or "７９" passes isdigit() but never names a reading's XID, so the
+            # limit would look set and be off.
+            if not ascii_digits(code) or count < 0:
                 raise ConfigError(
                     f"[health] drain_xid: {code!r} = {count!r}; use XID numbers -> counts >= 0, "
                     'e.g. drain_xid = {"79" = 1}'

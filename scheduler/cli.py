@@ -21,6 +21,7 @@ from scheduler.simulate import Replay, fitting, make_cluster, replay
 from scheduler.validation import VALIDATION, compare_waits
 from scheduler.workload import Trace, load_trace
 from sing.config import Config
+from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent, render
@@ -183,7 +184,7 @@ def when(text: str | None, option: str, trace: Trace) -> float | None:
     """An ISO 8601 time (naive = UTC), or `<seconds>s` from the trace start, as epoch seconds."""
     if text is None:
         return None
-    if text.endswith("s") and text[:-1].replace(".", "", 1).isdigit():
+    if text.endswith("s") and ascii_digits(text[:-1].replace(".", "", 1)):
         return trace.origin + float(text[:-1])
     try:
         stamp = datetime.fromisoformat(text)

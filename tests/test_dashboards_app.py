@@ -7,6 +7,7 @@ computed here with plain SQL over the raw tables, independently of the app's que
 from __future__ import annotations
 
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -138,8 +139,8 @@ def test_visitor_who_is_not_signed_in_sees_nothing(warehouse: Warehouse) -> None
 def test_a_signed_in_stranger_is_refused_even_in_demo_mode(
     warehouse: Warehouse, monkeypatch, claims: dict, why: str
 ) -> None:
-    for demo in ("0", "1"):
-        monkeypatch.setenv("SING_DASHBOARD_DEMO", demo)
+    for demo in ([], ["--demo"]):  # the app's own argument, as `sing dashboard --demo` passes it
+        monkeypatch.setattr(sys, "argv", [APP, *demo])
         at = AppTest.from_file(APP, default_timeout=60)
         at.user = {"is_logged_in": True, **claims}
         at.run()
@@ -176,7 +177,7 @@ def test_each_role_reaches_exactly_its_pages(warehouse: Warehouse, user: str, pa
 
 
 def test_demo_mode_says_so_on_every_page(warehouse: Warehouse, monkeypatch) -> None:
-    monkeypatch.setenv("SING_DASHBOARD_DEMO", "1")
+    monkeypatch.setattr(sys, "argv", [APP, "--demo"])  # as `streamlit run app.py -- --demo`
     at = open_app(None)
     assert at.selectbox(key="demo_role").value == "admin"
     for spec in access.PAGES:

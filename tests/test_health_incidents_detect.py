@@ -208,6 +208,8 @@ def test_a_down_node_is_of_the_cluster_the_inventory_puts_it_in(wh, t0) -> None:
     for i in range(15):
         scrapes(wh, t0 + i * MIN, {"b-gpu3": [False], "n7": [False]})
     detect_round(wh, SETTINGS, "campus")
+    assert {(r["cluster"], r["node"]) for r in incidents(wh)} == {("campus", "n7")}
+    detect_round(wh, SETTINGS, "bio", site_cluster="campus")  # each cluster's own round
     assert {(r["cluster"], r["node"]) for r in incidents(wh)} == {
         ("bio", "b-gpu3"),
         ("campus", "n7"),  # not in the inventory: the site's cluster
@@ -247,7 +249,7 @@ def test_the_collector_schedules_detection_unless_turned_off(wh, t0) -> None:
     readings(wh, gpu(t0, "xid_94", 1))
     job, interval_s = detection_job(Config({}), wh)
     assert interval_s == 60.0
-    assert [f.signal for f in job().findings] == ["xid_94"]
+    assert [f.signal for r in job() for f in r.findings] == ["xid_94"]
     assert detection_job(Config({"health": {"interval_s": 0}}), wh) is None
 
 

@@ -36,7 +36,7 @@ from traces.format import (
 )
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import ANY, TraceSettings, load_key
-from warehouse.analytics import job_gpu_sql, job_rdma_sql
+from warehouse.analytics import HOME_CLUSTER, job_gpu_sql, job_rdma_sql
 from warehouse.store import Warehouse
 
 
@@ -209,12 +209,12 @@ NODE_ALIASES = {
     ),
     "per_job": ("['n1']", "", "'n' || jn.i", ""),
 }
-# The same for the timeseries, whose rows carry job id and node.
+# The same for the timeseries, whose rows carry the staged job's number `r` and node.
 SERIES_NODE_MAP = {
     "global": "node_map m USING (node)",
-    "per_job": """(SELECT job_id, unnest(nodes) AS node,
+    "per_job": """(SELECT r, unnest(nodes) AS node,
                    'n' || generate_subscripts(nodes, 1) AS alias FROM sel) m
-                  USING (job_id, node)""",
+                  USING (r, node)""",
 }
 
 
@@ -299,33 +299,38 @@ ORDER BY t.submit_s, t.job_id  -- the release order
 
 
 # Per job, node, minute from the raw samples of the kept jobs; minutes count from $origin.
-TIMESERIES_SQL = """
-WITH kept_ids AS (SELECT job_id FROM sel SEMI JOIN kept USING (r)),
+# Samples belong to a job by (cluster, job_id), as everywhere: job ids repeat across clusters,
+# and another cluster's job of the same id must never be published under a kept job's
+# pseudonym. Rows without a cluster are the only cluster's (HOME_CLUSTER).
+TIMESERIES_SQL = f"""
+WITH kept_jobs AS (SELECT r, cluster, job_id FROM sel SEMI JOIN kept USING (r)),
 per_gpu AS (
-    SELECT job_id, node, gpu_index, date_trunc('minute', ts) AS minute,
-           avg(util) AS util, avg(sm_active) AS sm, max(mem_used_bytes) AS mem,
-           avg(power_w) AS power
-    FROM gpu_samples
-    WHERE job_id IN (SELECT job_id FROM kept_ids) AND ts >= $since AND ts < $until
+    SELECT k.r, s.node, s.gpu_index, date_trunc('minute', s.ts) AS minute,
+           avg(s.util) AS util, avg(s.sm_active) AS sm, max(s.mem_used_bytes) AS mem,
+           avg(s.power_w) AS power
+    FROM gpu_samples s
+    JOIN kept_jobs k ON k.job_id = s.job_id AND k.cluster = coalesce(s.cluster, {HOME_CLUSTER})
+    WHERE s.ts >= $since AND s.ts < $until
     GROUP BY ALL
 ),
 g AS (
-    SELECT job_id, node, minute, count(*) AS gpus, avg(util) AS gpu_util, avg(sm) AS sm_active,
+    SELECT r, node, minute, count(*) AS gpus, avg(util) AS gpu_util, avg(sm) AS sm_active,
            sum(mem) AS gpu_mem_used_bytes, sum(power) AS gpu_power_w
     FROM per_gpu GROUP BY ALL
 ),
-r AS (
-    SELECT job_id, node, date_trunc('minute', ts) AS minute,
-           sum(tx_delta_bytes) AS rdma_tx_bytes, sum(rx_delta_bytes) AS rdma_rx_bytes
-    FROM rdma_samples
-    WHERE job_id IN (SELECT job_id FROM kept_ids) AND ts >= $since AND ts < $until
+net AS (
+    SELECT k.r, s.node, date_trunc('minute', s.ts) AS minute,
+           sum(s.tx_delta_bytes) AS rdma_tx_bytes, sum(s.rx_delta_bytes) AS rdma_rx_bytes
+    FROM rdma_samples s
+    JOIN kept_jobs k ON k.job_id = s.job_id AND k.cluster = coalesce(s.cluster, {HOME_CLUSTER})
+    WHERE s.ts >= $since AND s.ts < $until
     GROUP BY ALL
 )
-SELECT job_id, m.alias AS node,
+SELECT k.job_id, m.alias AS node,
        (epoch_us(minute) - epoch_us($origin)) // 1000000 AS minute_s,
        gpus, gpu_util, sm_active, gpu_mem_used_bytes, gpu_power_w, rdma_tx_bytes, rdma_rx_bytes
-FROM g FULL JOIN r USING (job_id, node, minute) JOIN {node_map}
-ORDER BY job_id, node, minute_s
+FROM g FULL JOIN net USING (r, node, minute) JOIN kept_jobs k USING (r) JOIN {{node_map}}
+ORDER BY k.job_id, node, minute_s
 """
 
 

@@ -31,6 +31,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from sing.digits import ascii_digits
 from warehouse import files
 
 # Old log entries go once a checkpoint covers them and they are a day old; removed data files
@@ -368,7 +369,9 @@ def repair_tail(table_dir: Path, quarantine: Path) -> list[Path]:
     (delta-rs publishes each entry whole, and data precedes its entry), so this only reads."""
     log_dir = table_dir / "_delta_log"
     first = _sound_checkpoint(log_dir) + 1
-    entries = sorted(p for p in log_dir.glob("*.json") if p.stem.isdigit() and int(p.stem) >= first)
+    entries = sorted(
+        p for p in log_dir.glob("*.json") if ascii_digits(p.stem) and int(p.stem) >= first
+    )
     parsed: list[list[dict] | None] = []
     for entry in entries:
         try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from sing.digits import ascii_digits
+
 ROLLUP_DIR = "_rollups"
 
 
@@ -27,7 +29,7 @@ class DataFile:
         if path.name.startswith(".") or path.suffix != ".parquet":
             return None
         parts = path.stem.split("-")
-        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        if len(parts) != 3 or not (ascii_digits(parts[0]) and ascii_digits(parts[1])):
             return None
         return cls(int(parts[0]), int(parts[1]), parts[2], path)
 

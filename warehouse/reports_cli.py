@@ -13,7 +13,7 @@ import polars as pl
 from accounting import statement
 from accounting.periods import FORMS, period_window
 from accounting.settings import accounting_settings
-from accounting.usage import GROUPS, method, snapshot, usage
+from accounting.usage import GROUPS, footnotes, method, snapshot, usage
 from sing import tables
 from sing.config import Config
 from sing.errors import UserError
@@ -324,6 +324,8 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
         print(tables.render(frame.to_dicts(), columns))
         for name in ("charge", "energy", "carbon"):
             print(f"{name}: {notes[name]}")
+        for line in footnotes(frame):
+            print(line)
     return 0
 
 
