@@ -270,7 +270,7 @@ def one_round(cache: Path) -> tuple[float, float, dict[str, int]]:
         wh = Warehouse(copy)
         executor = RunningJobs(wh)
         started, cpu = time.perf_counter(), time.process_time()
-        engine = Engine(SETTINGS, wh, executor, NoChannels(), "bench")
+        engine = Engine(SETTINGS, wh, executor, NoChannels(), "bench", sample_interval_s=SAMPLE_S)
         result = engine.run(NOW)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     actions: dict[str, int] = {}

@@ -21,6 +21,12 @@ from warehouse.store import Warehouse
 
 EVALUATION, MESSAGE, ACTION = "evaluation", "message", "action"
 
+# One round's events share their time; their order within it: verdicts, then an act's intent,
+# then actions, then messages (the ladder replays the trail in this order).
+ROUND_ORDER = """CASE event WHEN 'evaluation' THEN 0
+    WHEN 'action' THEN CASE WHEN outcome LIKE '%\\_intent' ESCAPE '\\' THEN 1 ELSE 2 END
+    ELSE 3 END"""
+
 # An event's `detail` as the trail stores it: JSON, keys sorted, anything else (times) as text.
 # One encoder for every event: `json.dumps` with options builds a new one per call.
 DETAIL_JSON = json.JSONEncoder(sort_keys=True, default=str)
@@ -71,14 +77,13 @@ def events(
 ) -> pl.DataFrame:
     """The trail, newest first; `user` restricts it to one user's jobs and messages."""
     return con.sql(
-        """
+        f"""
         SELECT ts, cluster, job_id, "user", account, rule, event, outcome, deadline, channel,
                recipient, dry_run, ok, actor, detail
         FROM policy_events
         WHERE ($since IS NULL OR ts >= $since) AND ($user IS NULL OR "user" = $user)
           AND list_contains($kinds, event)
-        -- a round's events share their time: verdicts, then actions, then messages
-        ORDER BY ts DESC, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END DESC
+        ORDER BY ts DESC, {ROUND_ORDER} DESC
         """,
         params={"since": since, "user": user, "kinds": list(kinds)},
     ).pl()

@@ -9,14 +9,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collector.settings import CollectorSettings
 from executors.base import make_executor
-from policy import audit
+from policy import audit, breaker
 from policy.engine import Engine, Round
 from policy.ladder import Decision
-from policy.postman import make_postman
+from policy.postman import make_postman, unreached_owners
+from policy.replay import hit_rows, replay, totals
 from policy.reports import PERIODS, send_digests, send_job_end_reports
+from policy.rules import load_rules
 from policy.settings import PolicySettings
 from sing.config import Config
+from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.tables import Column, percent, render
 from warehouse.store import Warehouse
@@ -31,11 +35,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="one round: evaluate, message, cancel (dry run by default)")
     run.add_argument("--json", action="store_true", help="machine-readable output")
     run.set_defaults(func=cmd_run)
+    resume = sub.add_parser("resume", help="clear a tripped circuit breaker: cancels may go on")
+    resume.add_argument("--note", required=True, help="what was checked (kept in the trail)")
+    resume.set_defaults(func=cmd_resume)
     log = sub.add_parser("log", help="the audit trail of verdicts, messages and actions")
     log.add_argument("--since", help="from this time (ISO 8601, UTC) or '24h', '7d' ago")
     log.add_argument("--user", help="only this user's jobs and messages")
     log.add_argument("--json", action="store_true", help="machine-readable output")
     log.set_defaults(func=cmd_log)
+    replaying = sub.add_parser(
+        "replay", help="the rules applied to the history as if live (sends and cancels nothing)"
+    )
+    replaying.add_argument("--since", default="30d", help="from this time (as log's; default 30d)")
+    replaying.add_argument("--until", help="to this time (as --since; default now)")
+    replaying.add_argument("--json", action="store_true", help="machine-readable output")
+    replaying.set_defaults(func=cmd_replay)
     digest = sub.add_parser("digest", help="send the last week's or month's usage digests")
     period = digest.add_mutually_exclusive_group(required=True)
     for name, help_text in (
@@ -59,7 +73,10 @@ def make_engine(config: Config, warehouse: Warehouse, command: str) -> Engine:
     """The engine as the site configured it: its executor, its postman."""
     settings = config.section("policy", PolicySettings)
     postman = make_postman(config)
-    return Engine(settings, warehouse, make_executor(config), postman, audit.actor(command))
+    interval_s = config.section("collector", CollectorSettings).interval_s
+    return Engine(
+        settings, warehouse, make_executor(config), postman, audit.actor(command), interval_s
+    )
 
 
 def policy_job(config: Config, warehouse: Warehouse) -> tuple[Callable[[], Round], float] | None:
@@ -70,6 +87,7 @@ def policy_job(config: Config, warehouse: Warehouse) -> tuple[Callable[[], Round
     if settings.interval_s <= 0:
         return None
     engine = make_engine(config, warehouse, "sing collector")
+    require_reach(settings)
     reports = (
         settings.job_end_reports or settings.weekly_digests or settings.monthly_account_digests
     )
@@ -97,7 +115,26 @@ def cmd_check(args: argparse.Namespace, config: Config) -> int:
     return _print(decision_rows(decisions), DECISION_TABLE, args.json, NO_JOBS)
 
 
+def require_reach(settings: PolicySettings) -> None:
+    """A real ladder starts only when every step it takes can reach the job's owner."""
+    problem = unreached_owners(settings)
+    if problem:
+        raise UserError(problem)
+
+
+def cmd_resume(args: argparse.Namespace, config: Config) -> int:
+    warehouse = Warehouse(config.warehouse_dir(args.warehouse))
+    cluster = config.site.cluster
+    who = audit.actor("sing policy resume")
+    if not breaker.resume(warehouse, cluster, datetime.now(UTC), who, args.note):
+        print(f"the circuit breaker of {cluster} is not tripped: nothing to resume")
+        return 0
+    print(f"circuit breaker of {cluster} cleared: due cancels go ahead at the next round")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    require_reach(config.section("policy", PolicySettings))
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     result = full_round(make_engine(config, warehouse, "sing policy run"), config)
     _print(decision_rows(result.decisions), DECISION_TABLE, args.json, NO_JOBS)
@@ -115,6 +152,37 @@ def cmd_log(args: argparse.Namespace, config: Config) -> int:
     finally:
         con.close()
     return _print(rows, LOG_TABLE, args.json, "the audit trail has no events in this window")
+
+
+def cmd_replay(args: argparse.Namespace, config: Config) -> int:
+    settings = config.section("policy", PolicySettings)
+    now = datetime.now(UTC)
+    since = parse_since(args.since, now)
+    until = parse_since(args.until, now) if args.until else now
+    if until <= since:
+        raise UserError(
+            f"--until {until:%Y-%m-%d %H:%M} is not after --since {since:%Y-%m-%d %H:%M}"
+        )
+    warehouse = Warehouse(config.warehouse_dir(args.warehouse))
+    interval_s = config.section("collector", CollectorSettings).interval_s
+    result = replay(warehouse, settings, load_rules(settings), since, until, interval_s)
+    rows = hit_rows(result)
+    if args.json:
+        out = {"rows": rows, "totals": totals(result), "unjudged": result.unjudged}
+        json.dump(out | {"messages": result.messages}, sys.stdout, default=str)
+        print()
+        return 0
+    print(
+        f"Replay {since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC, {result.steps} rounds "
+        f"{settings.interval_s:g} s apart; every rule judged as if real (dry_run ignored), every "
+        "message delivered and every cancel done. Nothing was sent or written."
+    )
+    print(render(rows, REPLAY_TABLE) if rows else "no job would have been notified")
+    print(render([totals(result)], REPLAY_TOTALS))
+    if result.unjudged:
+        print("Verdicts the rules could not judge (nothing acts on them):")
+        print(render(result.unjudged, UNJUDGED_TABLE))
+    return 0
 
 
 def cmd_digest(args: argparse.Namespace, config: Config) -> int:
@@ -150,7 +218,7 @@ def cmd_digest(args: argparse.Namespace, config: Config) -> int:
 def parse_since(text: str, now: datetime) -> datetime:
     """'24h', '7d', '30m' ago, or an ISO 8601 time (UTC when it names no zone)."""
     units = {"m": "minutes", "h": "hours", "d": "days"}
-    if text[:-1].isdigit() and text[-1:] in units:
+    if ascii_digits(text[:-1]) and text[-1:] in units:
         return now - timedelta(**{units[text[-1]]: int(text[:-1])})
     try:
         moment = datetime.fromisoformat(text)
@@ -174,6 +242,39 @@ DECISION_TABLE = (
     Column("idle_gpus", "idle GPUs"),
     Column("gpus_sampled", "GPUs"),
     Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
+)
+REPLAY_TABLE = (
+    Column("cluster", "cluster"),
+    Column("job_id", "job"),
+    Column("user", "user"),
+    Column("rule", "rule"),
+    Column("notify_at", "notify at (UTC)", missing=""),
+    Column("warn_at", "warn at (UTC)", missing=""),
+    Column("cancel_at", "cancel at (UTC)", missing=""),
+    Column("gpu_hours_freed", "GPU-h freed", digits=1),
+    percent("mean_util", "mean util"),
+    percent("coverage", "coverage"),
+    Column("ended", "ended", missing=""),
+)
+REPLAY_TOTALS = (
+    Column("jobs_notified", "jobs notified"),
+    Column("jobs_warned", "warned"),
+    Column("jobs_cancelled", "cancelled"),
+    Column("messages", "messages"),
+    Column("gpu_hours_freed", "GPU-h freed", digits=1),
+    Column("stale_verdicts", "stale (job, round)s"),
+    Column("incomplete_verdicts", "incomplete (job, round)s"),
+)
+UNJUDGED_TABLE = (
+    Column("cluster", "cluster"),
+    Column("job_id", "job"),
+    Column("user", "user"),
+    Column("rule", "rule"),
+    Column("outcome", "why"),
+    Column("steps", "rounds"),
+    Column("first_step", "first (UTC)"),
+    Column("last_step", "last (UTC)"),
+    percent("min_coverage", "min coverage"),
 )
 LOG_TABLE = (
     Column("ts", "time (UTC)"),

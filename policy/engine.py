@@ -7,8 +7,12 @@ whether the job still runs as the same run (same start time): the warehouse can 
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import logging
+import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,14 +25,17 @@ from executors.base import Executor
 from executors.records import JobRecord
 from executors.slurm import SlurmExecutor
 from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
-from policy.evaluate import Evaluator, open_round
+from policy.breaker import BLOCKED, Breaker
+from policy.evaluate import DataNeeds, Evaluator, open_round
 from policy.ladder import (
     CANCEL,
+    CANCEL_INTENT,
     CHANGED,
     ENDED,
     HELD,
     LEFT_ALONE,
     QUIET_HOURS,
+    RECONCILE,
     Decision,
     Ladder,
     QuietHours,
@@ -39,6 +46,7 @@ from policy.ladder import (
 from policy.messages import CANCELLED, NOTIFY, WARN, Message, Postman
 from policy.rules import load_rules
 from policy.settings import PolicySettings
+from sing.errors import UserError
 from warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -75,8 +83,10 @@ class Engine:
         executor: Executor,
         postman: Postman,
         actor: str,
+        sample_interval_s: float,
     ) -> None:
         self.settings = settings
+        self.needs = DataNeeds(settings.max_data_age_s, settings.min_coverage, sample_interval_s)
         self.rules = load_rules(settings)
         self.warehouse = warehouse
         self.executor = executor
@@ -99,7 +109,7 @@ class Engine:
             ladder = Ladder(self.settings, self.quiet, episodes, last_sent, now)
             decisions = []
             running: set[tuple[str, str, str]] = set()
-            evaluator = Evaluator(con, now, self.settings.max_data_age_s, self.rules)
+            evaluator = Evaluator(con, now, self.needs, self.rules)
             for rule in self.rules:
                 for verdict in evaluator.verdicts(rule, remembered_only=not fine_jobs):
                     running.add(verdict.key)
@@ -110,13 +120,18 @@ class Engine:
             con.close()
 
     def run(self, now: datetime | None = None) -> Round:
-        """One round: decide, then send, cancel and record every outcome in one commit. Jobs
-        that are fine and that the trail does not remember are left out: nothing to do."""
+        """One round: decide, then send, cancel and record every outcome in one commit (a
+        cancel's intent goes first, in a commit of its own). Jobs that are fine and that the
+        trail does not remember are left out: nothing to do. One round at a time per warehouse:
+        a second runner waits for the first (`round_lock`)."""
         now = now or datetime.now(UTC)
-        with collector_paused():
+        with round_lock(self.warehouse), collector_paused():
             decisions = self.decide(now, fine_jobs=False)
-            live = self._live() if any(d.action == CANCEL for d in decisions) else None
+            acting = any(d.action in (CANCEL, RECONCILE) for d in decisions)
+            live = self._live() if acting else None
+            self.breaker = Breaker.load(self.warehouse, self.executor.cluster, now, self.settings)
             events = [e for d in decisions for e in self._act(d, now, live)]
+            events += self.breaker.events(self.actor, self.postman)
             record(self.warehouse, events)
         return Round(decisions, events)
 
@@ -166,7 +181,33 @@ class Engine:
             events.append(self._event(d, now, ACTION, LEFT_ALONE, detail={"why": d.verdict}))
         elif d.action == CANCEL and live is not None:
             events += self._cancel(d, now, live)
+        elif d.action == RECONCILE and live is not None:
+            events += self._reconcile(d, now, live)
         return events
+
+    def _reconcile(self, d: Decision, now: datetime, live: dict[str, JobRecord]) -> list[Event]:
+        """A cancel whose round died between its intent and scancel's answer: ask the executor.
+        Still running as the same run: the cancel did not happen (recorded failed; the ladder
+        cancels again). Gone: it happened, or the job ended on its own; Slurm's record says
+        which, and until the warehouse has the record the intent stays open."""
+        if d.job["cluster"] != self.executor.cluster:
+            return []
+        job = live.get(d.job["job_id"])
+        kind = executor_kind(self.executor)
+        if job is not None and same_start(job.start_time, d.start_time):
+            why = {"error": "the round stopped before the cancel was confirmed; still running"}
+            return [self._event(d, now, ACTION, CANCEL, channel=kind, ok=False, detail=why)]
+        state = (d.job.get("state") or "").upper()
+        if d.job.get("end_time") is None:
+            return []  # not running, no end on record yet: the next round looks again
+        if state.startswith("CANCELLED"):
+            done = {"reconciled": f"the executor records the job {state}"}
+            return [self._event(d, now, ACTION, CANCEL, channel=kind, detail=done)]
+        ended = {"error": f"the job ended {state or 'on its own'} before the cancel"}
+        return [
+            self._event(d, now, ACTION, CANCEL, channel=kind, ok=False, detail=ended),
+            self._event(d, now, ACTION, LEFT_ALONE, detail={"why": ENDED}),
+        ]
 
     def _cancel(self, d: Decision, now: datetime, live: dict[str, JobRecord]) -> list[Event]:
         """Cancel if the executor still runs the same job; otherwise leave it alone. Jobs of
@@ -182,6 +223,12 @@ class Engine:
             ]
         error = ""
         if not d.dry_run:
+            blocked = self.breaker.cancel_blocked(d.job["job_id"])
+            if blocked:
+                return [self._event(d, now, ACTION, BLOCKED, ok=False, detail={"why": blocked})]
+            # The intent is on record before Slurm is asked: a crash in between is found and
+            # reconciled at the next round, never an act without a row.
+            record(self.warehouse, [self._event(d, now, ACTION, CANCEL_INTENT, detail=d.evidence)])
             try:
                 self.executor.cancel(d.job["job_id"])
             except Exception as err:  # noqa: BLE001 - any executor failure is recorded, retried
@@ -213,8 +260,9 @@ class Engine:
         if d.dry_run:
             return [self._event(d, now, MESSAGE, kind, deadline=d.deadline, detail=told)]
         deliveries = self.postman.send(self._message(d, kind))
-        if not deliveries:  # no channel reaches this user: decided and recorded all the same
-            return [self._event(d, now, MESSAGE, kind, deadline=d.deadline, detail=told)]
+        if not deliveries:  # no channel reaches this user: undelivered, the ladder waits
+            undelivered = {**told, "error": "no channel reaches the job's owner", "to_owner": True}
+            return [self._event(d, now, MESSAGE, kind, ok=False, detail=undelivered)]
         return [
             self._event(
                 d,
@@ -225,7 +273,7 @@ class Engine:
                 channel=x.channel,
                 recipient=x.recipient,
                 ok=x.ok,
-                detail={**told, "error": x.error} if x.error else told,
+                detail={**told, "to_owner": x.to_owner} | ({"error": x.error} if x.error else {}),
             )
             for x in deliveries
         ]
@@ -258,6 +306,7 @@ class Engine:
             d.rule.name,
             job.get("account"),
             context,
+            d.delivered,
         )
 
     def _event(self, d: Decision, now: datetime, event: str, outcome: str, **fields: Any) -> Event:
@@ -277,6 +326,41 @@ class Engine:
             detail=detail,
             **fields,
         )
+
+
+ROUND_WAIT_S = 120.0  # a second runner waits this long for the round before it
+
+
+@contextmanager
+def round_lock(warehouse: Warehouse, wait_s: float = ROUND_WAIT_S) -> Iterator[None]:
+    """One policy round at a time per warehouse (the collector's and `sing policy run`, or
+    two timers): two rounds would read the same trail and both send and cancel. The second
+    waits for the first, then gives up with a message saying who holds it."""
+    path = warehouse.root / ".locks" / "policy-round.lock"
+    path.parent.mkdir(exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    raise UserError(
+                        f"another policy round is running on this warehouse ({holder}) for "
+                        f"over {wait_s:.0f} s; nothing done: try again when it ends"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            fh.flush()
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @contextmanager

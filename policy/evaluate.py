@@ -28,6 +28,7 @@ from policy.rules import (
     Rule,
 )
 from warehouse.analytics import HOME_CLUSTER, numeric_job_order
+from warehouse.coverage import coverage_sql
 from warehouse.delta import LiveFile
 from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
 from warehouse.schema import table
@@ -35,6 +36,7 @@ from warehouse.sql import source_sql, sql_list
 from warehouse.store import Warehouse
 
 VIOLATING, OK, EXEMPT, STALE = "violating", "ok", "exempt", "stale"
+INCOMPLETE = "incomplete"  # coverage under [policy] min_coverage (warehouse/coverage.py)
 
 # Jobs holding resources now: the newest record of each job has no end.
 RUNNING_SQL = """
@@ -112,54 +114,73 @@ EARLIER_DAYS_SQL = f"SELECT {PARTS_COLUMNS} FROM earlier_gpu_usage WHERE {RUNNIN
 
 
 def _rdma_sql(since_start: bool) -> str:
-    """Per job: RDMA bytes both ways over the span; NULL when any counter was unknown."""
+    """Per job: RDMA bytes both ways over the span (NULL when any counter was unknown) and the
+    nodes heard from: a node with no RDMA sample must not read as a quiet one."""
     if since_start:
         return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN sum(tx_unknown_samples + rx_unknown_samples) = 0
                     THEN coalesce(sum(tx_bytes), 0) + coalesce(sum(rx_bytes), 0)
-               END::DOUBLE AS bytes
+               END::DOUBLE AS bytes,
+               count(DISTINCT node) AS nodes
         FROM job_rdma_usage WHERE job_id IN (SELECT job_id FROM running) GROUP BY ALL"""
     return f"""
         SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id,
                CASE WHEN count(*) = count(tx_delta_bytes) AND count(*) = count(rx_delta_bytes)
-                    THEN sum(tx_delta_bytes) + sum(rx_delta_bytes) END::DOUBLE AS bytes
+                    THEN sum(tx_delta_bytes) + sum(rx_delta_bytes) END::DOUBLE AS bytes,
+               count(DISTINCT node) AS nodes
         FROM rdma_samples
         WHERE ts > $window_from AND ts <= $now AND job_id IN (SELECT job_id FROM running)
         GROUP BY ALL"""
 
 
-def figures_sql(gpu: str, rdma: str) -> str:
+def figures_sql(gpu: str, rdma: str, step: str | None = None) -> str:
     """One row per running job: its record and its figures over a span, from the span's
-    per-GPU table `gpu` and per-job RDMA table `rdma`."""
+    per-GPU table `gpu` and per-job RDMA table `rdma`. `step`: the column of `running`, `gpu`
+    and `rdma` holding each row's evaluation time, so one query judges many rounds (the
+    replay's); None: one round at `$now`."""
+    keys = "cluster, job_id" + (f", {step}" if step else "")
+    same_step = f"AND {{t}}.{step} = r.{step}" if step else ""
+    now = f"r.{step}" if step else "$now"
     return f"""
 WITH per_node AS (
-    SELECT cluster, job_id, node, bool_and(mean_util < $threshold) AS idle
+    SELECT {keys}, node, bool_and(mean_util < $threshold) AS idle
     FROM {gpu} GROUP BY ALL
 ),
 per_job AS (
-    SELECT cluster, job_id, count(*) AS gpus_sampled,
+    SELECT {keys}, count(*) AS gpus_sampled,
            count(*) FILTER (WHERE mean_util < $threshold) AS idle_gpus,
            count(*) FILTER (WHERE max_util < {IDLE_SAMPLE_UTIL}) AS gpus_never_used,
            sum(mean_util * samples) / nullif(sum(samples), 0) AS mean_util,
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
-           max(newest) AS newest_sample
+           sum(samples) AS samples, max(newest) AS newest_sample,
+           -- the GPU heard from least recently: one silent GPU makes the job's data stale
+           min(newest) AS last_heard
     FROM {gpu} GROUP BY ALL
 ),
 nodes AS (
-    SELECT cluster, job_id, count(*) AS nodes_sampled, count(*) FILTER (WHERE idle) AS idle_nodes
+    SELECT {keys}, count(*) AS nodes_sampled, count(*) FILTER (WHERE idle) AS idle_nodes
     FROM per_node GROUP BY ALL
 )
-SELECT r.*, epoch($now - r.start_time) AS run_s,
+SELECT r.*, epoch({now} - r.start_time) AS run_s,
        p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.idle_share,
-       p.newest_sample,
-       n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes
+       p.samples, p.newest_sample, p.last_heard,
+       n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes, d.nodes AS rdma_nodes
 FROM running r
-LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id
-LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id
-LEFT JOIN {rdma} d ON d.cluster = r.cluster AND d.job_id = r.job_id
+LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id {same_step.format(t="p")}
+LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id {same_step.format(t="n")}
+LEFT JOIN {rdma} d ON d.cluster = r.cluster AND d.job_id = r.job_id {same_step.format(t="d")}
 ORDER BY {numeric_job_order("r.job_id")}, r.cluster
 """
+
+
+@dataclass(frozen=True)
+class DataNeeds:
+    """What data a verdict needs: fresh enough, and enough of it."""
+
+    max_age_s: float  # [policy] max_data_age_s: the least recently heard GPU is this fresh
+    min_coverage: float  # [policy] min_coverage: the share of expected samples present
+    sample_interval_s: float  # [collector] interval_s: one sample per GPU this often
 
 
 @dataclass(frozen=True)
@@ -188,21 +209,31 @@ EVIDENCE = (
     "rdma_bytes_per_node_hour",
     "hours",
     "newest_sample",
+    "last_heard",  # the newest sample of the GPU heard from least recently
+    "samples",
+    "coverage",  # of the samples expected for the allocated GPUs (warehouse/coverage.py)
 )
 
 
-def verdict_sql(figures: str) -> str:
+def verdict_sql(figures: str, now: str = "$now") -> str:
     """Each job's evidence and outcome under one rule, from `figures_sql`'s rows.
 
+    Fail closed: a GPU the span has no sample of never counts as idle or unused (the rules
+    compare against the GPUs and nodes *allocated*), a job whose least recently heard GPU is
+    older than `$max_age_s` is stale, and one whose coverage is under `$min_coverage` is
+    incomplete; neither is ever fine or violating.
+
     `$remembered_only`: leave out the jobs the rule finds fine unless the trail remembers the
-    (job, rule): a round needs no word about them, `check` lists them all."""
+    (job, rule): a round needs no word about them, `check` lists them all. `now`: the
+    evaluation time, a parameter or a column of the figures (`figures_sql`'s `step`)."""
+    coverage = coverage_sql("samples", "num_gpus", "span_hours * 3600", "$interval_s::DOUBLE")
     return f"""
 WITH figures AS ({figures}),
 evidence AS (
     SELECT *,
            coalesce(gpus_sampled, 0) AS gpus_n, coalesce(idle_gpus, 0) AS idle_n,
            coalesce(gpus_never_used, 0) AS never_n, coalesce(nodes_sampled, 0) AS nodes_n,
-           coalesce(idle_nodes, 0) AS idle_nodes_n,
+           coalesce(idle_nodes, 0) AS idle_nodes_n, coalesce(num_nodes, 1) AS nodes_held,
            CASE WHEN $span_h::DOUBLE IS NULL THEN run_s / 3600
                 ELSE least($span_h::DOUBLE, run_s / 3600) END AS span_hours
     FROM figures
@@ -210,8 +241,11 @@ evidence AS (
 ),
 judged AS (
     SELECT *,
+           {coverage} AS coverage,
+           -- per node-hour over the nodes held, only when every node was heard from
            CASE WHEN rdma_bytes IS NOT NULL AND span_hours <> 0
-                THEN rdma_bytes / (coalesce(num_nodes, 1) * span_hours) END AS rdma_bph
+                     AND coalesce(rdma_nodes, 0) >= nodes_held
+                THEN rdma_bytes / (nodes_held * span_hours) END AS rdma_bph
     FROM evidence
 ),
 verdicts AS (
@@ -226,17 +260,20 @@ verdicts AS (
                  AND time_limit_s < $interactive_s)
                THEN '{EXEMPT}'
            WHEN run_s < $needed_s THEN '{OK}'  -- too young to judge
-           WHEN newest_sample IS NULL OR epoch($now - newest_sample) > $max_age_s
+           WHEN last_heard IS NULL OR epoch({now} - last_heard) > $max_age_s
                THEN '{STALE}'
+           WHEN coverage < $min_coverage THEN '{INCOMPLETE}'
            WHEN CASE $kind
-                WHEN '{IDLE_GPUS}' THEN CASE WHEN $share::DOUBLE IS NULL THEN idle_n = gpus_n
-                                             ELSE idle_n > $share::DOUBLE * gpus_n END
-                WHEN '{UNTOUCHED_GPUS}' THEN never_n > coalesce($share::DOUBLE, 0.0) * gpus_n
-                WHEN '{MULTINODE_IDLE}' THEN idle_nodes_n > coalesce($share::DOUBLE, 0.0) * nodes_n
+                WHEN '{IDLE_GPUS}' THEN CASE WHEN $share::DOUBLE IS NULL THEN idle_n >= num_gpus
+                                             ELSE idle_n > $share::DOUBLE * num_gpus END
+                WHEN '{UNTOUCHED_GPUS}' THEN never_n > coalesce($share::DOUBLE, 0.0) * num_gpus
+                WHEN '{MULTINODE_IDLE}' THEN
+                    idle_nodes_n > coalesce($share::DOUBLE, 0.0) * nodes_held
                     OR (rdma_bph IS NOT NULL AND rdma_bph < $min_rdma)
                 -- under_request: utilisation, or the share of the requested GPUs doing anything
+                -- (a GPU without samples counts as doing something: no evidence of waste)
                 ELSE coalesce(mean_util, 0.0) < $request_share
-                    OR (gpus_n - idle_n) / num_gpus < $request_share
+                    OR (num_gpus - idle_n) / num_gpus < $request_share
                 END
                THEN '{VIOLATING}'
            ELSE '{OK}'
@@ -244,7 +281,8 @@ verdicts AS (
     FROM judged
 )
 SELECT * EXCLUDE (gpus_sampled, idle_gpus, gpus_never_used, nodes_sampled, idle_nodes,
-                  gpus_n, idle_n, never_n, nodes_n, idle_nodes_n, span_hours, rdma_bph),
+                  gpus_n, idle_n, never_n, nodes_n, idle_nodes_n, nodes_held, span_hours,
+                  rdma_bph),
        gpus_n AS gpus_sampled, idle_n AS idle_gpus, never_n AS gpus_never_used,
        nodes_n AS nodes_sampled, idle_nodes_n AS idle_nodes, span_hours AS hours,
        rdma_bph AS rdma_bytes_per_node_hour
@@ -303,12 +341,12 @@ class Evaluator:
         self,
         con: duckdb.DuckDBPyConnection,
         now: datetime,
-        max_data_age_s: float,
+        needs: DataNeeds,
         rules: list[Rule] | tuple[Rule, ...] = (),
     ):
         self.con = con
         self.now = now
-        self.max_data_age_s = max_data_age_s
+        self.needs = needs
         self.today = datetime.combine(now.astimezone(UTC).date(), time(), UTC)
         starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
         self.windows = sorted(start for start in starts if start >= self.today)
@@ -328,35 +366,16 @@ class Evaluator:
         since_start = _since_start(rule)
         figures = self._figures(None if since_start else rule.window_start(self.now), rule)
         sql = verdict_sql(f"FROM {figures}")  # the table keeps figures_sql's order
-        rel = self.con.sql(sql, params=self._params(rule, since_start, remembered_only))
+        rel = self.con.sql(sql, params=self._params(rule, remembered_only))
         verdicts = []
         for job in rel.to_arrow_table().to_pylist():
             evidence = {k: job[k] for k in EVIDENCE}
             verdicts.append(Verdict(rule, job, job.pop("outcome"), evidence))
         return verdicts
 
-    def _params(self, rule: Rule, since_start: bool, remembered_only: bool) -> dict[str, Any]:
-        needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
-        interactive_s = rule.exempt_interactive_hours * 3600
-        return {
-            "now": self.now,
-            "rule": rule.name,
-            "kind": rule.kind,
-            "multinode": rule.kind == MULTINODE_IDLE,
-            "span_h": None if since_start else rule.minutes / 60,
-            "needed_s": needed_s,
-            "max_age_s": self.max_data_age_s,
-            "share": rule.idle_gpu_share,
-            "min_rdma": rule.min_rdma_bytes_per_node_hour,
-            "request_share": rule.request_share,
-            "exempt_users": rule.exempt_users,
-            "exempt_accounts": rule.exempt_accounts,
-            "exempt_partitions": rule.exempt_partitions,
-            "exempt_qos": rule.exempt_qos,
-            "exempt_names": self._names_matching(rule.exempt_names),
-            "interactive_s": interactive_s,
-            "remembered_only": remembered_only,
-        }
+    def _params(self, rule: Rule, remembered_only: bool) -> dict[str, Any]:
+        names = self._names_matching(rule.exempt_names)
+        return {"now": self.now} | rule_params(rule, self.needs, names, remembered_only)
 
     def _names_matching(self, patterns: list[str]) -> list[str]:
         """The running jobs' names that match a pattern (fnmatch, as users write them)."""
@@ -420,6 +439,35 @@ class Evaluator:
             self.con.execute(f"CREATE TEMP TABLE today_samples AS {sql}", params)
             self._today_pass = "today_samples"
         return self._today_pass
+
+
+def rule_params(
+    rule: Rule, needs: DataNeeds, exempt_names: list[str], remembered_only: bool
+) -> dict[str, Any]:
+    """`verdict_sql`'s parameters for one rule, but `$now` (a round's, or the replay's steps);
+    `exempt_names`: the judged jobs' names that match the rule's patterns."""
+    needed_s = rule.min_run_hours * 3600 if rule.kind == UNDER_REQUEST else rule.minutes * 60
+    interactive_s = rule.exempt_interactive_hours * 3600
+    return {
+        "rule": rule.name,
+        "kind": rule.kind,
+        "multinode": rule.kind == MULTINODE_IDLE,
+        "span_h": None if _since_start(rule) else rule.minutes / 60,
+        "needed_s": needed_s,
+        "max_age_s": needs.max_age_s,
+        "min_coverage": needs.min_coverage,
+        "interval_s": needs.sample_interval_s,
+        "share": rule.idle_gpu_share,
+        "min_rdma": rule.min_rdma_bytes_per_node_hour,
+        "request_share": rule.request_share,
+        "exempt_users": rule.exempt_users,
+        "exempt_accounts": rule.exempt_accounts,
+        "exempt_partitions": rule.exempt_partitions,
+        "exempt_qos": rule.exempt_qos,
+        "exempt_names": exempt_names,
+        "interactive_s": interactive_s,
+        "remembered_only": remembered_only,
+    }
 
 
 def _since_start(rule: Rule) -> bool:

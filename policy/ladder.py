@@ -21,8 +21,8 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
-from policy.audit import ACTION, EVALUATION, MESSAGE
-from policy.evaluate import EXEMPT, OK, STALE, VIOLATING, Verdict
+from policy.audit import ACTION, EVALUATION, MESSAGE, ROUND_ORDER
+from policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING, Verdict
 from policy.messages import CANCELLED, NOTIFY, WARN
 from policy.rules import Rule
 from policy.settings import PolicySettings
@@ -31,6 +31,7 @@ from sing.config import ConfigError
 # Outcomes the ladder adds to the evaluation verdicts (policy/audit.py lists them all).
 RECOVERED, ENDED, CHANGED = "recovered", "ended", "changed"
 CANCEL, LEFT_ALONE = "cancel", "left_alone"
+RECONCILE = "reconcile"  # a cancel intent with no outcome: ask the executor what happened
 HELD = "held"  # a message that waits (quiet hours, the user's period); detail says which
 QUIET_HOURS, USER_PERIOD = "quiet_hours", "user_period"
 WAIT = "wait"  # nothing to do now (check's word)
@@ -47,12 +48,21 @@ class Episode:
     deadline: datetime | None = None
     cancelled: bool = False
     held: tuple[str, str] | None = None  # (kind, reason) of the last hold, until a send
+    # message kind -> recipients it reached (a partial delivery is completed, never repeated)
+    delivered: dict[str, set[str]] = field(default_factory=dict)
+    cancel_intent: datetime | None = None  # a cancel begun and not yet seen through
     last_evaluation: str | None = None  # over all episodes: evaluations are recorded on change
 
     @property
     def active(self) -> bool:
         """Something was sent or done that a later round must follow up."""
-        return bool(self.sent) or self.cancelled or self.held is not None
+        return (
+            bool(self.sent)
+            or self.cancelled
+            or self.held is not None
+            or self.cancel_intent is not None
+            or bool(self.delivered)
+        )
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class Decision:
     hold: tuple[str, str] | None = None  # action held: (message kind, reason)
     deadline: datetime | None = None  # the warning's (set now for a warning)
     start_time: datetime | None = None  # the job's, as the episode knows it
+    delivered: frozenset[str] = frozenset()  # who already has this step's message
 
     @property
     def key(self) -> Key:
@@ -97,21 +108,30 @@ class QuietHours:
         return start <= local < end if start <= end else local >= start or local < end
 
 
+# A message row that tells its owner: a dry run's (nothing is sent there), or a real delivery the
+# channel accepted that reached the owner. An undelivered message, or the admins' copy alone, is
+# no message: the ladder sends it again and no deadline runs from it. Trails written before
+# `to_owner` existed have it NULL; their deliveries went to owners or were copies of those.
+TOLD_SQL = """(dry_run OR (ok AND channel IS NOT NULL
+               AND coalesce((detail ->> 'to_owner')::BOOLEAN, true)))"""
+CANCEL_INTENT = "cancel_intent"  # an action row written before scancel is called
+
+
 def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Episode]:
     """Every ladder's episode, per (key, dry run), from the trail (oldest event first)."""
     rows = con.execute(
-        """
-        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, channel,
-               (detail ->> 'start_time')::TIMESTAMPTZ, detail ->> 'kind', detail ->> 'reason'
+        f"""
+        SELECT cluster, job_id, rule, dry_run, event, outcome, ts, deadline, ok, recipient,
+               {TOLD_SQL}, (detail ->> 'start_time')::TIMESTAMPTZ, detail ->> 'kind',
+               detail ->> 'reason'
         FROM policy_events WHERE job_id IS NOT NULL AND rule IS NOT NULL
-        -- one round's events share their time: verdicts, then actions, then messages
-        ORDER BY ts, CASE event WHEN 'evaluation' THEN 0 WHEN 'action' THEN 1 ELSE 2 END
+        ORDER BY ts, {ROUND_ORDER}
         """
     ).fetchall()
     episodes: dict[tuple[Key, bool], Episode] = {}
     for row in rows:
-        cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, channel = row[:10]
-        start_time, held_kind, held_reason = row[10:]
+        cluster, job_id, rule, dry, event, outcome, ts, deadline, ok, recipient, told = row[:11]
+        start_time, held_kind, held_reason = row[11:]
         key = ((cluster, job_id, rule), bool(dry))
         ep = episodes.setdefault(key, Episode())
         ep.start_time = ep.start_time or start_time
@@ -119,26 +139,33 @@ def load_episodes(con: duckdb.DuckDBPyConnection) -> dict[tuple[Key, bool], Epis
             ep.last_evaluation = outcome
         elif event == ACTION and outcome == LEFT_ALONE:
             episodes[key] = Episode(last_evaluation=ep.last_evaluation)
-        elif event == ACTION and outcome == CANCEL and ok:
-            ep.cancelled = True
+        elif event == ACTION and outcome == CANCEL_INTENT:
+            ep.cancel_intent = ts
+        elif event == ACTION and outcome == CANCEL:
+            ep.cancel_intent = None  # seen through, done or failed
+            ep.cancelled = ep.cancelled or bool(ok)
         elif event == MESSAGE and outcome == HELD:
             ep.held = (held_kind, held_reason)
-        elif event == MESSAGE and (ok or channel is None) and outcome not in ep.sent:
-            ep.sent[outcome] = ts
-            ep.held = None
-            if outcome == WARN:
-                ep.deadline = deadline
+        elif event == MESSAGE:
+            if ok and recipient:
+                ep.delivered.setdefault(outcome, set()).add(recipient)
+            if told and outcome not in ep.sent:
+                ep.sent[outcome] = ts
+                ep.held = None
+                if outcome == WARN:
+                    ep.deadline = deadline
     return episodes
 
 
 def load_last_sent(
     con: duckdb.DuckDBPyConnection, since: datetime
 ) -> dict[tuple[str, str, bool], tuple[datetime, str]]:
-    """Per (user, rule, dry run): the newest ladder message since `since`, and its job."""
+    """Per (user, rule, dry run): the newest ladder message that told its owner since `since`,
+    and its job."""
     rows = con.execute(
-        """
+        f"""
         SELECT "user", rule, dry_run, max(ts), arg_max(job_id, ts) FROM policy_events
-        WHERE event = 'message' AND outcome IN ('notify', 'warn') AND (ok OR channel IS NULL)
+        WHERE event = 'message' AND outcome IN ('notify', 'warn') AND {TOLD_SQL}
           AND ts >= $since AND "user" IS NOT NULL AND rule IS NOT NULL
         GROUP BY ALL
         """,
@@ -180,6 +207,8 @@ class Ladder:
             "deadline": ep.deadline,
             "start_time": ep.start_time or job["start_time"],
         }
+        if ep.cancel_intent is not None:  # a round died between its intent and scancel's answer
+            return Decision(**base, verdict=verdict.outcome, action=RECONCILE)
         if ep.active and ep.start_time and not same_start(ep.start_time, job["start_time"]):
             return Decision(**base, verdict=CHANGED, evaluation=CHANGED, action=LEFT_ALONE)
         outcome = verdict.outcome
@@ -194,8 +223,8 @@ class Ladder:
         if outcome == EXEMPT:
             action = LEFT_ALONE if ep.active else WAIT
             return Decision(**base, verdict=EXEMPT, evaluation=evaluation, action=action)
-        if outcome == STALE:
-            return Decision(**base, verdict=STALE, evaluation=evaluation)
+        if outcome in (STALE, INCOMPLETE):  # no verdict on old or partial data: wait
+            return Decision(**base, verdict=outcome, evaluation=evaluation)
         return self._climb(base | {"verdict": VIOLATING, "evaluation": evaluation}, ep)
 
     def decide_gone(self, key: Key, dry_run: bool, rule: Rule, job: dict[str, Any]) -> Decision:
@@ -211,6 +240,8 @@ class Ladder:
             "deadline": ep.deadline,
             "start_time": ep.start_time,
         }
+        if ep.cancel_intent is not None:
+            return Decision(**base, verdict=verdict, action=RECONCILE)
         if ep.cancelled and CANCELLED not in ep.sent:
             return self._message(base | {"verdict": verdict}, ep, CANCELLED)
         return Decision(**base, verdict=verdict, evaluation=verdict, action=LEFT_ALONE)
@@ -234,7 +265,9 @@ class Ladder:
             if notified and self.now < notified + timedelta(minutes=rule.warn_after_minutes):
                 return Decision(**d)
             return self._message(d, ep, WARN)
-        if "cancel" in steps and not ep.cancelled and ep.deadline and self.now >= ep.deadline:
+        warned = WARN in ep.sent  # the owner got the warning: its deadline is theirs
+        due = warned and ep.deadline is not None and self.now >= ep.deadline
+        if "cancel" in steps and not ep.cancelled and due:
             return Decision(**d, action=CANCEL)
         if ep.cancelled and CANCELLED not in ep.sent:
             return self._message(d, ep, CANCELLED)
@@ -256,10 +289,11 @@ class Ladder:
             return Decision(**d, action=HELD if ep.held != hold else WAIT, hold=hold)
         if kind != CANCELLED:
             self.last_sent[(job["user"], rule.name, dry)] = (self.now, job["job_id"])
+        delivered = frozenset(ep.delivered.get(kind, ()))
         if kind == WARN and "cancel" in rule.actions:  # a warning without a cancel sets none
             deadline = self.now + timedelta(minutes=rule.grace_minutes)
-            return Decision(**(d | {"deadline": deadline}), action=kind)
-        return Decision(**d, action=kind)
+            return Decision(**(d | {"deadline": deadline}), action=kind, delivered=delivered)
+        return Decision(**d, action=kind, delivered=delivered)
 
 
 def same_start(a: datetime | None, b: datetime | None) -> bool:

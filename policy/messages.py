@@ -13,6 +13,7 @@ from typing import Any, Protocol
 # Message kinds: a template each (policy/templates/<kind>.txt.j2 and <kind>.html.j2).
 NOTIFY, WARN, CANCELLED = "notify", "warn", "cancelled"
 JOB_END, WEEKLY_DIGEST, MONTHLY_DIGEST = "job_end", "weekly_digest", "monthly_digest"
+BREAKER = "breaker"  # to the admins: sing stopped acting (policy/breaker.py)
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class Message:
     # Template variables: the job's efficiency table, the evidence, the deadline, the exact
     # cancel command, the digest's figures.
     context: dict[str, Any] = field(default_factory=dict)
+    # Recipients that already have it (an earlier round's partial delivery): not sent again.
+    delivered: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Delivery:
     recipient: str
     ok: bool
     error: str = ""
+    # False for the admins' copy: only a delivery to the owner (their address, the chat channel
+    # users read) counts as the owner told, which a warning's deadline and a cancel need.
+    to_owner: bool = True
 
 
 class Postman(Protocol):

@@ -15,7 +15,7 @@ import smtplib
 import ssl
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
@@ -27,6 +27,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from policy.messages import (
+    BREAKER,
     CANCELLED,
     MONTHLY_DIGEST,
     NOTIFY,
@@ -34,6 +35,7 @@ from policy.messages import (
     Delivery,
     Message,
 )
+from policy.rules import load_rules
 from policy.settings import PolicySettings
 from sing.config import Config
 from sing.errors import UserError
@@ -42,8 +44,8 @@ BUILTIN_TEMPLATES = Path(__file__).with_name("templates")
 SMTP_TIMEOUT_S = 30.0
 WEBHOOK_TIMEOUT_S = 10.0
 # Admins are copied on these; the chat webhook gets only these (never a user's own reports).
-ADMIN_KINDS = frozenset({WARN, CANCELLED})
-WEBHOOK_KINDS = frozenset({NOTIFY, WARN, CANCELLED})
+ADMIN_KINDS = frozenset({WARN, CANCELLED, BREAKER})
+WEBHOOK_KINDS = frozenset({NOTIFY, WARN, CANCELLED, BREAKER})
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,10 @@ class SitePostman:
         self.password_file = password_file
 
     def send(self, message: Message) -> list[Delivery]:
-        addresses = self.addresses(message)
+        owners, admins = self.addresses(message)
+        addresses = [a for a in owners + admins if a not in message.delivered]
         hook = self.settings.webhook_url if message.kind in WEBHOOK_KINDS else ""
+        hook = hook if _host(hook) not in message.delivered else ""
         targets = [("email", a) for a in addresses] + ([("webhook", _host(hook))] if hook else [])
         if not targets:
             return []
@@ -106,26 +110,29 @@ class SitePostman:
             rendered = self.templates.render(message)
         except Exception as err:  # a template is data: whatever it gets wrong fails delivery
             error = f"template {message.kind}: {type(err).__name__}: {err}"
-            return [Delivery(channel, to, False, error) for channel, to in targets]
+            return [
+                Delivery(channel, to, False, error, to_owner=to not in admins)
+                for channel, to in targets
+            ]
         out = self.email(addresses, rendered) if addresses else []
+        out = [replace(x, to_owner=x.recipient not in admins) for x in out]
         if hook:
             out.append(self.webhook(hook, rendered))
         return out
 
-    def addresses(self, message: Message) -> list[str]:
-        """Who gets the email: the user (or the account's contact for monthly digests), plus
-        the admins on warnings and cancellations."""
+    def addresses(self, message: Message) -> tuple[list[str], list[str]]:
+        """Who gets the email: the owners (the user, or the account's contact for monthly
+        digests) and, apart, the admins copied on warnings and cancellations."""
         s = self.settings
         if not s.smtp_host:
-            return []
+            return [], []
         if message.kind == MONTHLY_DIGEST:
             contact = s.account_contacts.get(message.account or "")
             to = [contact] if contact else []
         else:
-            to = [f"{message.user}@{s.mail_domain}"] if s.mail_domain else []
-        if message.kind in ADMIN_KINDS:
-            to += [a for a in s.admin_emails if a not in to]
-        return to
+            to = [f"{message.user}@{s.mail_domain}"] if s.mail_domain and message.user else []
+        admins = [a for a in s.admin_emails if a not in to] if message.kind in ADMIN_KINDS else []
+        return to, admins
 
     def email(self, addresses: list[str], rendered: Rendered) -> list[Delivery]:
         """One SMTP transaction; a Delivery per address (the relay may refuse some)."""
@@ -173,6 +180,22 @@ class SitePostman:
         except (urllib.error.URLError, OSError) as err:
             return Delivery("webhook", _host(url), False, f"{type(err).__name__}: {err}")
         return Delivery("webhook", _host(url), True)
+
+
+def unreached_owners(settings: PolicySettings) -> str | None:
+    """Why a real ladder could act on a job whose owner was never told, or None when every
+    step of every acting rule has a channel to the owner (their email, or the chat webhook).
+    A real ladder refuses to start on this: a cancel needs a warning the owner received."""
+    acting = [r.name for r in load_rules(settings) if r.acts(settings)]
+    if not acting or settings.webhook_url or (settings.smtp_host and settings.mail_domain):
+        return None
+    missing = [k for k in ("smtp_host", "mail_domain") if not getattr(settings, k)]
+    return (
+        f"[policy.rules] {', '.join(acting)} act for real (dry_run = false) but no channel "
+        f"reaches a job's owner ([policy] {' and '.join(missing)} unset, no webhook_url): set "
+        "[policy] smtp_host and mail_domain (mail goes to USER@mail_domain) or webhook_url, "
+        "or keep the rules in dry run"
+    )
 
 
 def make_postman(config: Config) -> SitePostman:

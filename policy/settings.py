@@ -17,7 +17,13 @@ from sing.config import ConfigError
 class PolicySettings:
     dry_run: bool = True  # false: rules whose own dry_run is false act for real
     interval_s: float = 300.0  # the collector evaluates the rules this often; 0 = not at all
-    max_data_age_s: float = 600.0  # a job whose newest sample is older waits
+    max_data_age_s: float = 600.0  # a job whose least recently heard GPU is older waits
+    # A verdict needs this share of the samples its allocated GPUs should have given over the
+    # window ([collector] interval_s apart); under it the verdict is "incomplete" and waits.
+    min_coverage: float = 0.8
+    # The circuit breaker (policy/breaker.py): the cancel past this many real cancels within an
+    # hour trips it; nothing is cancelled until `sing policy resume`.
+    max_cancels_per_hour: int = 5
     # One table per rule, [policy.rules.NAME]; policy.rules checks each against its schema.
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Messages.
@@ -42,6 +48,11 @@ class PolicySettings:
 
     def __post_init__(self) -> None:
         self.zone  # noqa: B018 - a zone that does not exist stops every command at config load
+        if not 0.0 < self.min_coverage <= 1.0:
+            raise ConfigError(
+                f"[policy] min_coverage = {self.min_coverage!r}: a share of the expected samples, "
+                "above 0 and at most 1 (e.g. 0.8)"
+            )
 
     @property
     def zone(self) -> ZoneInfo:

@@ -16,17 +16,20 @@ import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collector.scrape import PayloadError, fetch
 from sing.config import Config, ConfigError
+from sing.digits import ascii_digits
 from sing.errors import UserError
 
 if TYPE_CHECKING:
     from collector.client import ScrapeClient
     from collector.settings import CollectorSettings
     from collector.targets import Target
+    from executors.slurm import Runner
     from exporters.settings import ExporterSettings
     from exporters.webconfig import WebConfig
 
@@ -111,7 +114,7 @@ def check_job_mapping(args: argparse.Namespace, config: Config) -> Finding:
     bad = []
     for entry in directory.iterdir():
         text = entry.read_text().split()
-        if not entry.name.isdigit() or not all(t.replace("_", "").isdigit() for t in text):
+        if not ascii_digits(entry.name) or not all(ascii_digits(t.replace("_", "")) for t in text):
             bad.append(entry.name)
     if bad:
         return Finding(FAIL, "gpu-job mapping", f"unexpected files in {directory}: {bad[:5]}")
@@ -261,6 +264,96 @@ def check_sacct(args: argparse.Namespace, config: Config) -> Finding:
     if result.returncode != 0:
         return Finding(FAIL, "job records", f"sacct failed: {result.stderr.strip()[:200]}")
     return Finding(OK, "job records", f"sacct answers ({len(result.stdout.split())} jobs, 1 h)")
+
+
+# TRES that Slurm accounts whatever slurm.conf says: `scontrol show config` lists them always.
+SLURM_DEFAULT_TRES = ("cpu", "mem", "energy", "node", "billing", "fs/disk", "vmem", "pages")
+
+
+def check_gpu_accounting(
+    args: argparse.Namespace, config: Config, run: Runner | None = None
+) -> Finding:
+    """Slurm puts GPUs into job TRES (sacct, sreport, finished jobs' GPU counts) only when
+    `gres/gpu` is in AccountingStorageTRES, which is not the default: say the line to add."""
+    from executors.base import executor_settings
+    from executors.slurm import SlurmExecutor
+    from executors.slurm_parse import config_value
+
+    settings = executor_settings(config)
+    if settings.kind != "slurm":
+        return Finding(OK, "gpu accounting", "executor is not Slurm")
+    try:
+        shown = SlurmExecutor(config.site.cluster, settings, run).show_config()
+    except UserError as err:
+        return Finding(WARN, "gpu accounting", f"cannot read scontrol show config: {err}")
+    tres = config_value(shown, "AccountingStorageTRES")
+    if tres is None:
+        return Finding(WARN, "gpu accounting", "scontrol show config has no AccountingStorageTRES")
+    tracked = [t.strip() for t in tres.split(",") if t.strip()]
+    if "gres/gpu" in tracked:
+        return Finding(OK, "gpu accounting", "Slurm accounts GPUs (AccountingStorageTRES)")
+    extra = [t for t in tracked if t not in SLURM_DEFAULT_TRES]
+    line = "AccountingStorageTRES=" + ",".join([*extra, "gres/gpu"])
+    return Finding(
+        WARN,
+        "gpu accounting",
+        f"AccountingStorageTRES ({tres}) lacks gres/gpu, so Slurm accounts no GPU of any job "
+        "(sing counts running jobs' GPUs from gres_detail, and finished jobs' only where it saw "
+        f"them run); add this line to slurm.conf, then restart slurmdbd and slurmctld: {line}",
+    )
+
+
+FAILURE_WINDOW = timedelta(hours=1)
+
+
+def check_slurm_commands(args: argparse.Namespace, config: Config) -> Finding:
+    """Scheduler commands that timed out or failed within the last hour, as the collector
+    recorded them in `command_failures`: a hung slurmctld stalls job sync, policy rounds and
+    drains, and says so only here and in the collector's log and /metrics."""
+    from executors.base import TIMEOUT
+    from warehouse.store import Warehouse
+
+    since = datetime.now(UTC) - FAILURE_WINDOW
+    try:
+        con = Warehouse(config.warehouse_dir(args.warehouse)).connect(
+            {"command_failures": since.date()}
+        )
+    except OSError as err:
+        return Finding(WARN, "slurm commands", f"cannot read the warehouse: {err}")
+    rows = con.execute(
+        """
+        SELECT command, reason, count(*), max(ts), arg_max(error, ts)
+        FROM command_failures WHERE ts >= $since
+        GROUP BY ALL ORDER BY max(ts) DESC
+        """,
+        {"since": since},
+    ).fetchall()
+    if not rows:
+        return Finding(OK, "slurm commands", "none timed out or failed in the last hour")
+    said = [
+        f"{command} {'timed out' if reason == TIMEOUT else 'failed'} {times} "
+        f"time{'s' if times != 1 else ''} in the last hour, last at {last:%Y-%m-%d %H:%M:%S} UTC"
+        for command, reason, times, last, _ in rows
+    ]
+    newest_error = rows[0][4]
+    return Finding(WARN, "slurm commands", f"{'; '.join(said)} ({newest_error})")
+
+
+def check_policy_reach(args: argparse.Namespace, config: Config) -> Finding:
+    """A real ladder (a rule with dry_run = false) needs a channel to every job's owner: the
+    collector and `sing policy run` refuse to start without one, so say it here first."""
+    from policy.postman import unreached_owners
+    from policy.rules import load_rules
+    from policy.settings import PolicySettings
+
+    settings = config.section("policy", PolicySettings)
+    problem = unreached_owners(settings)
+    if problem:
+        return Finding(FAIL, "policy channels", problem)
+    acting = [r.name for r in load_rules(settings) if r.acts(settings)]
+    if not acting:
+        return Finding(OK, "policy channels", "no rule acts for real (dry run)")
+    return Finding(OK, "policy channels", f"{', '.join(acting)} act; owners are reached")
 
 
 def check_targets(args: argparse.Namespace, config: Config) -> Finding:
@@ -417,5 +510,8 @@ NODE_CHECKS: tuple[Callable[[argparse.Namespace, Config], Finding], ...] = (
 HEAD_CHECKS: tuple[Callable[[argparse.Namespace, Config], Finding], ...] = (
     check_warehouse,
     check_sacct,
+    check_gpu_accounting,
+    check_slurm_commands,
+    check_policy_reach,
     check_targets,
 )

@@ -104,4 +104,4 @@ def settings(rules: dict[str, dict[str, Any]], **fields: Any) -> PolicySettings:
 def engine(
     wh: Warehouse, policy: PolicySettings, executor: LocalExecutor, postman: RecordingPostman
 ) -> Engine:
-    return Engine(policy, wh, executor, postman, "pytest@test")
+    return Engine(policy, wh, executor, postman, "pytest@test", sample_interval_s=SAMPLE_S)

@@ -27,6 +27,9 @@ kind = "local"
 local_gpus = [0, 1]
 local_state_dir = "jobs"
 
+[collector]
+interval_s = 60  # the samples' spacing (tests/policy_world.py): full coverage
+
 [policy]
 interval_s = 120
 

@@ -17,8 +17,9 @@ from policy.postman import make_postman
 from policy.settings import PolicySettings
 from sing.config import Config, ConfigError
 from sing.errors import UserError
-from tests.mailbox import free_port, smtp_server, webhook_server
+from tests.mailbox import smtp_server, webhook_server
 from tests.pki import make_pki
+from tests.ports import free_port
 
 ADMIN = "hpc-admin@example.edu"
 DEADLINE = datetime(2026, 1, 5, 11, 30, tzinfo=UTC)  # 12:30 in Berlin (CET) that day
@@ -84,7 +85,7 @@ def test_a_warning_reaches_the_user_and_the_admins_with_the_figures_and_the_comm
         sent = make_postman(mail_config(tmp_path, box.port)).send(message(WARN))
     assert sent == [
         Delivery("email", "alice@example.edu", True),
-        Delivery("email", ADMIN, True),
+        Delivery("email", ADMIN, True, to_owner=False),  # a copy: not the owner told
     ]
     [mail] = box.received
     assert sorted(mail.rcpt_tos) == sorted(["alice@example.edu", ADMIN])
@@ -170,7 +171,7 @@ def test_a_refused_recipient_fails_alone(tmp_path):
         sent = make_postman(mail_config(tmp_path, box.port)).send(message(WARN))
     assert sent[0].recipient == "alice@example.edu" and not sent[0].ok
     assert sent[0].error.startswith("refused: 550")
-    assert sent[1] == Delivery("email", ADMIN, True)
+    assert sent[1] == Delivery("email", ADMIN, True, to_owner=False)
     assert [m.rcpt_tos for m in box.received] == [[ADMIN]]
 
 
@@ -255,7 +256,7 @@ def test_with_no_channel_configured_nothing_is_delivered(tmp_path):
     assert make_postman(config(tmp_path)).send(message(WARN)) == []
     # A relay but no mail domain: warnings still reach the admins, notices reach no one.
     postman = make_postman(config(tmp_path, smtp_host="127.0.0.1", admin_emails=[ADMIN]))
-    assert postman.addresses(message(WARN)) == [ADMIN]
+    assert postman.addresses(message(WARN)) == ([], [ADMIN])  # (owners, admins)
     assert postman.send(message(NOTIFY)) == []
 
 

@@ -20,6 +20,7 @@ from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
 from policy.cli import make_engine
 from sing.config import Config
 from tests.dashboard_app import metrics, open_app
+from tests.mailbox import webhook_server
 from tests.policy_world import add_job, add_samples
 from warehouse.store import Warehouse
 
@@ -254,7 +255,8 @@ def test_a_warning_of_the_engine_reaches_its_users_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole way: a job idles, `sing policy run`'s engine (the site's executor and postman,
-    no channel configured) warns, and the user's pages show what the warning says."""
+    a chat webhook on loopback the only channel) warns, and the user's pages show what the
+    warning says."""
     wh = Warehouse(tmp_path / "wh")
     start = END - timedelta(hours=3)
     add_job(wh, "501", start, user=ALICE)
@@ -262,11 +264,15 @@ def test_a_warning_of_the_engine_reaches_its_users_page(
     file = tmp_path / "sing.toml"
     file.write_text(
         '[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n[executor]\nkind = "slurm"\n'
-        '[policy]\ndry_run = false\ntimezone = "America/New_York"\n'
+        "[collector]\ninterval_s = 60\n"  # the samples' spacing
+        '[policy]\ndry_run = false\ntimezone = "America/New_York"\nwebhook_url = "{hook}"\n'
         '[policy.rules.idle]\nkind = "idle_gpus"\nactions = ["warn", "cancel"]\n'
         "dry_run = false\nminutes = 60\ngrace_minutes = 90\n"
     )
-    make_engine(Config.load(file), wh, "sing policy run").run(END)
+    with webhook_server() as hook:
+        file.write_text(file.read_text().replace("{hook}", hook.url))
+        make_engine(Config.load(file), wh, "sing policy run").run(END)
+    assert len(hook.posts) == 1
     monkeypatch.setenv("SING_WAREHOUSE", str(wh.root))
     monkeypatch.setenv("SING_CONFIG", str(file))
     for page, query in (("my_jobs", None), ("job", {"job": "501"})):

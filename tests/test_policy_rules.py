@@ -7,10 +7,19 @@ from datetime import timedelta
 
 import pytest
 
-from policy.evaluate import EXEMPT, OK, STALE, VIOLATING, Evaluator, open_round
+from policy.evaluate import (
+    EXEMPT,
+    INCOMPLETE,
+    OK,
+    STALE,
+    VIOLATING,
+    DataNeeds,
+    Evaluator,
+    open_round,
+)
 from policy.rules import load_rules
 from sing.config import ConfigError
-from tests.policy_world import NOW, add_job, add_samples, settings
+from tests.policy_world import NOW, SAMPLE_S, add_job, add_samples, settings
 from warehouse.store import Warehouse
 
 START = NOW - timedelta(hours=5)
@@ -21,12 +30,14 @@ def wh(tmp_path) -> Warehouse:
     return Warehouse(tmp_path / "wh")
 
 
-def verdicts(wh: Warehouse, rule: dict, now=NOW, max_age_s: float = 600) -> dict[str, str]:
+def verdicts(
+    wh: Warehouse, rule: dict, now=NOW, max_age_s: float = 600, min_coverage: float = 0.8
+) -> dict[str, str]:
     """{job id: outcome} of one rule named 'r'."""
     (loaded,) = load_rules(settings({"r": rule}))
     con = open_round(wh, [loaded], now, now.date())
     try:
-        judged = Evaluator(con, now, max_age_s).verdicts(loaded)
+        judged = Evaluator(con, now, DataNeeds(max_age_s, min_coverage, SAMPLE_S)).verdicts(loaded)
         return {v.job["job_id"]: v.outcome for v in judged}
     finally:
         con.close()
@@ -136,7 +147,9 @@ def test_stale_samples_wait(wh):
     job(wh, "3", [0.0, 0.0], end=START)  # one sample, long ago: nothing in the window
     rule = {"kind": "idle_gpus", "minutes": 60}
     assert verdicts(wh, rule, max_age_s=600) == {"1": STALE, "2": VIOLATING, "3": STALE}
-    assert verdicts(wh, rule, max_age_s=1800)["1"] == VIOLATING
+    # fresh enough for 30 min, but 45 of the window's 60 minutes are 75% of its samples
+    assert verdicts(wh, rule, max_age_s=1800)["1"] == INCOMPLETE
+    assert verdicts(wh, rule, max_age_s=1800, min_coverage=0.7)["1"] == VIOLATING
 
 
 def test_ended_jobs_and_other_clusters_jobs_are_apart(wh):
@@ -147,7 +160,7 @@ def test_ended_jobs_and_other_clusters_jobs_are_apart(wh):
     add_samples(wh, "2", START, NOW, {("m1", 0): 0.9, ("m1", 1): 0.9}, cluster="other")
     (loaded,) = load_rules(settings({"r": {"kind": "idle_gpus"}}))
     con = open_round(wh, [loaded], NOW, NOW.date())
-    judged = Evaluator(con, NOW, 600).verdicts(loaded)
+    judged = Evaluator(con, NOW, DataNeeds(600, 0.8, SAMPLE_S)).verdicts(loaded)
     got = {(v.job["cluster"], v.job["job_id"]): v.outcome for v in judged}
     assert got == {("campus", "2"): VIOLATING, ("other", "2"): OK}
 
