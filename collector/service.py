@@ -170,25 +170,11 @@ class Collector:
     def _command_failed(self, err: Exception) -> None:
         """Count a scheduler command's failure by command and reason, and record it in
         `command_failures` for `sing doctor head`; other errors are only logged."""
-        if not isinstance(err, CommandError):
-            return
-        from policy.audit import actor
+        if isinstance(err, CommandError):
+            self.metrics.command_failures.labels(err.command, err.reason).inc()
+            from policy.audit import actor
 
-        self.metrics.command_failures.labels(err.command, err.reason).inc()
-        row = {
-            "ts": datetime.now(UTC),
-            "cluster": self.cluster,
-            "command": err.command,
-            "reason": err.reason,
-            "error": str(err),
-            "actor": actor("sing collector"),
-        }
-        try:
-            self.warehouse.append(
-                "command_failures", pa.Table.from_pylist([row], table("command_failures").schema)
-            )
-        except Exception:  # noqa: BLE001 - the failure is counted and logged all the same
-            log.exception("could not record the failure of %s", err.command)
+            record_command_failure(self.warehouse, self.cluster, err, actor("sing collector"))
 
     def maintain(self) -> None:
         """Compact the warehouse, and age out raw samples when retention is set."""
@@ -271,3 +257,24 @@ def run_forever(
         pass
     finally:
         collector.close()
+
+
+def record_command_failure(warehouse: Warehouse, cluster: str, err: Exception, who: str) -> None:
+    """A scheduler command's failure as a `command_failures` row by `who` (an audit actor),
+    what `sing doctor head` shows; never raises: the failure is logged all the same."""
+    if not isinstance(err, CommandError):
+        return
+    row = {
+        "ts": datetime.now(UTC),
+        "cluster": cluster,
+        "command": err.command,
+        "reason": err.reason,
+        "error": str(err),
+        "actor": who,
+    }
+    try:
+        warehouse.append(
+            "command_failures", pa.Table.from_pylist([row], table("command_failures").schema)
+        )
+    except Exception:  # noqa: BLE001 - the failure is logged all the same
+        log.exception("could not record the failure of %s", err.command)

@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from collector.service import record_command_failure
 from executors.base import Executor
 from executors.records import JobRecord
 from executors.slurm import SlurmExecutor
@@ -164,6 +165,7 @@ class Engine:
             return {r.job_id: r for r in self.executor.running()}
         except Exception as err:  # noqa: BLE001 - squeue down: no cancel this round
             log.warning("the executor cannot list its running jobs: %s; cancels wait", err)
+            record_command_failure(self.warehouse, self.executor.cluster, err, self.actor)
             return None
 
     def _act(self, d: Decision, now: datetime, live: dict[str, JobRecord] | None) -> list[Event]:
@@ -233,6 +235,7 @@ class Engine:
                 self.executor.cancel(d.job["job_id"])
             except Exception as err:  # noqa: BLE001 - any executor failure is recorded, retried
                 log.warning("cancelling job %s failed: %s", d.job["job_id"], err)
+                record_command_failure(self.warehouse, self.executor.cluster, err, self.actor)
                 error = str(err) or type(err).__name__
         done = self._event(
             d,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from executors.base import TIMEOUT, CommandError
 from executors.local import LocalExecutor
 from policy import breaker
 from policy.breaker import TRIPPED
@@ -275,3 +276,31 @@ def test_doctor_head_names_a_real_ladder_without_a_channel(tmp_path, capsys):
     main(["--config", str(config), "doctor", "head"])
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "policy channels" in x]
     assert "OK" in line and "idle act" in line
+
+
+@dataclass
+class HungScheduler:
+    """The local executor, but squeue (its `running`) times out as a stopped slurmctld makes it."""
+
+    inner: object
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def running(self):
+        raise CommandError("squeue", TIMEOUT, "squeue --json timed out after 30 s")
+
+
+def test_a_hung_scheduler_holds_the_cancel_and_is_recorded(world):
+    job_id, t0 = world.idle_job()
+    postman = FlakyPostman(up=True)
+    climb(world, engine(world.wh, real(), world.executor, postman), t0, (0, 31))
+    hung = engine(world.wh, real(), HungScheduler(world.executor), postman)
+    (decision,) = hung.run(t0 + timedelta(minutes=92)).decisions
+    assert decision.action == "cancel"  # due, but the executor cannot say what runs: it waits
+    assert world.executor._read(job_id).state == "RUNNING"
+    assert ("action", "cancel_intent") not in world.trail(job_id)
+    con = world.wh.connect()
+    rows = con.sql("SELECT command, reason, actor FROM command_failures").fetchall()
+    con.close()
+    assert rows == [("squeue", "timeout", "pytest@test")]
