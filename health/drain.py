@@ -15,6 +15,12 @@ intent. An intent left without an outcome (the process ended between the two) is
 the next run with the node's state as the scheduler shows it, before anything else is drained.
 A node that sing drained after its newest evidence is not drained again: an admin who resumed it
 decided so, until a reading changes.
+
+A circuit breaker limits the drains: at most `[health] max_drained_share` of the cluster's
+nodes (its `nodes` inventory; at least one, and one when the inventory is empty) are drained
+within `drain_breaker_window_s`. The drain past that trips the policies' breaker
+(policy/breaker.py), which then blocks every drain and cancel (`action`/`drain_blocked`, with
+why) until `sing policy resume`; the window counts from the resume on.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import duckdb
 from executors.base import Executor, executor_settings, make_executor
 from health.settings import HealthSettings
 from policy.audit import ACTION, Event, actor, record
+from policy.breaker import DRAIN_BLOCKED, Breaker
+from policy.postman import make_postman
+from policy.settings import PolicySettings
 from sing.config import Config
 from warehouse.store import Warehouse
 
@@ -84,6 +93,26 @@ WHERE i.event = '{ACTION}' AND i.outcome = '{DRAIN_INTENT}' AND i.cluster = $clu
       WHERE o.event = '{ACTION}' AND o.outcome = '{DRAIN}'
         AND o.detail ->> '$.intent' = i.detail ->> '$.intent')
 ORDER BY i.ts
+"""
+
+
+# The cluster's real drains begun since $since: each intent, unless its outcome says the drain
+# failed (a drain whose outcome is unknown counts: it may have happened).
+RECENT_DRAINS_SQL = f"""
+SELECT count(*) FROM policy_events i
+WHERE i.event = '{ACTION}' AND i.outcome = '{DRAIN_INTENT}' AND i.cluster = $cluster
+  AND NOT i.dry_run AND i.ts > $since
+  AND NOT EXISTS (
+      SELECT 1 FROM policy_events o
+      WHERE o.event = '{ACTION}' AND o.outcome = '{DRAIN}' AND NOT o.ok
+        AND o.detail ->> '$.intent' = i.detail ->> '$.intent')
+"""
+
+# The cluster's nodes now: each node's newest inventory version, if it still has GPUs.
+NODES_TOTAL_SQL = """
+SELECT count(*) FROM (
+    SELECT arg_max(gpus, valid_from) AS gpus FROM nodes WHERE cluster = $cluster GROUP BY node
+) WHERE gpus > 0
 """
 
 
@@ -191,6 +220,9 @@ def run(
         con = warehouse.connect({"policy_events": None})
     drained = {(c, n): at for c, n, at in con.execute(DRAINED_SQL).fetchall()}
     unsettled = {(r["cluster"], r["node"]) for r in reconciled if r["done"] == UNSETTLED}
+    if executor is not None:
+        breaker = Breaker.load(warehouse, cluster, now, config.section("policy", PolicySettings))
+        recent, nodes_total = _drain_counts(warehouse, cluster, now, settings, breaker)
     rows, events = [], []
     for node in found:
         row = {**node, "done": "no", "ok": True, "error": None}
@@ -203,11 +235,47 @@ def run(
         elif allowed and executor is None:
             row["done"] = "dry run"
             events.append(_event(row, now, who, dry_run, kind))
+        elif executor is not None and (
+            blocked := breaker.drain_blocked(
+                node["node"],
+                recent,
+                nodes_total,
+                settings.max_drained_share,
+                settings.drain_breaker_window_s,
+            )
+        ):
+            row = {**row, "done": "blocked", "ok": False, "error": blocked}
+            events.append(_event(row, now, who, False, kind, DRAIN_BLOCKED))
         elif allowed:
             row = drain_node(warehouse, executor, row, cluster, who, kind)
+            recent += 1
         rows.append(row)
+    if executor is not None and breaker.new_trip:
+        events += breaker.events(who, make_postman(config))
     record(warehouse, events)
     return {"mode": _mode(settings, force_dry_run), "nodes": rows, "reconciled": reconciled}
+
+
+def _drain_counts(
+    warehouse: Warehouse,
+    cluster: str,
+    now: datetime,
+    settings: HealthSettings,
+    breaker: Breaker,
+) -> tuple[int, int]:
+    """The breaker's figures: real drains within the window (counted from a resume later than
+    its start), and the cluster's nodes in the inventory (0: unknown)."""
+    since = now - timedelta(seconds=settings.drain_breaker_window_s)
+    if breaker.resumed_at is not None:
+        since = max(since, breaker.resumed_at)
+    con = warehouse.connect({"policy_events": None, "nodes": None})
+    try:
+        params = {"cluster": cluster, "since": since}
+        (recent,) = con.execute(RECENT_DRAINS_SQL, params).fetchone()
+        (nodes_total,) = con.execute(NODES_TOTAL_SQL, {"cluster": cluster}).fetchone()
+    finally:
+        con.close()
+    return recent, nodes_total
 
 
 def drain_node(

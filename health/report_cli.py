@@ -142,7 +142,9 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     print()
     for row in outcome["nodes"]:
         print(row["command"])
-        if row["error"]:
+        if row["done"] == "blocked":  # the breaker's doing, not a failure: say why, plainly
+            print(f"  blocked: {row['error']}")
+        elif row["error"]:
             print(f"  failed: {row['error']}", file=sys.stderr)
     print()
     print(outcome["mode"])

@@ -43,6 +43,10 @@ class HealthSettings:
     drain_retired_pages_pending: bool = True  # retired_pages_pending flag set now
     drain_xid: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DRAIN_XIDS))
     drain_link_downed: int = 3  # link_downed increase of a port in the window
+    # The drain breaker (policy/breaker.py): at most this share of the cluster's nodes (at
+    # least one) drained by sing within drain_breaker_window_s; the next drain trips it.
+    max_drained_share: float = 0.1
+    drain_breaker_window_s: float = 3600.0
 
     def __post_init__(self) -> None:
         positive = {
@@ -51,6 +55,7 @@ class HealthSettings:
             "flapping_minutes": self.flapping_minutes,
             "node_down_minutes": self.node_down_minutes,
             "drain_window_hours": self.drain_window_hours,
+            "drain_breaker_window_s": self.drain_breaker_window_s,
         }
         for key, value in positive.items():
             if value <= 0:
@@ -60,6 +65,10 @@ class HealthSettings:
         bad = [x for x in self.serious_xids if x <= 0]
         if bad:
             raise ConfigError(f"[health] serious_xids: {bad[0]!r} is not an XID code")
+        if not 0 <= self.max_drained_share <= 1:
+            raise ConfigError(
+                f"[health] max_drained_share = {self.max_drained_share!r}: use a share 0 to 1"
+            )
         if self.drain_ecc_uncorrected < 0 or self.drain_link_downed < 0:
             raise ConfigError("[health] drain_ecc_uncorrected and drain_link_downed must be >= 0")
         for code, count in self.drain_xid.items():

@@ -129,7 +129,7 @@ def cmd_resume(args: argparse.Namespace, config: Config) -> int:
     if not breaker.resume(warehouse, cluster, datetime.now(UTC), who, args.note):
         print(f"the circuit breaker of {cluster} is not tripped: nothing to resume")
         return 0
-    print(f"circuit breaker of {cluster} cleared: due cancels go ahead at the next round")
+    print(f"circuit breaker of {cluster} cleared: cancels and drains resume at the next round")
     return 0
 
 
