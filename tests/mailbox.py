@@ -52,10 +52,13 @@ class Mailbox:
 
 
 @contextmanager
-def smtp_server(pki: Pki | None = None, login: tuple[str, str] | None = None) -> Iterator[Mailbox]:
+def smtp_server(
+    pki: Pki | None = None, login: tuple[str, str] | None = None, box: Mailbox | None = None
+) -> Iterator[Mailbox]:
     """An SMTP server on 127.0.0.1; with `pki` it offers STARTTLS (and requires it), with
-    `login` it requires AUTH with that user and password."""
-    box = Mailbox(free_port())
+    `login` it requires AUTH with that user and password. With `box` it serves on that box's
+    port and keeps adding to it (a server that was down, or restarts)."""
+    box = box if box is not None else Mailbox(free_port())
     options: dict[str, Any] = {}
     if pki is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -6,11 +6,16 @@ commands (`scontrol show job -d`, `sacct`), never from sing's output.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from tests.real_path.processes import run
+from tests.slurm_harness import SlurmCluster
 
 # `scontrol show job -d`, one line per node (or group of nodes with the same allocation):
 #      Nodes=gpu-1 CPU_IDs=0 Mem=0 GRES=gpu:a100:4(IDX:0-3)
@@ -61,3 +66,15 @@ def run_times(job_ids: list[str], env: dict[str, str]) -> dict[str, JobTimes]:
         job_id, *stamps = line.split("|")
         times[job_id] = JobTimes(*(datetime.fromisoformat(t).replace(tzinfo=UTC) for t in stamps))
     return times
+
+
+@contextlib.contextmanager
+def slurmctld_stopped(cluster: SlurmCluster) -> Iterator[None]:
+    """slurmctld frozen (SIGSTOP) for the block, as a hung controller looks to its clients:
+    connections open, nothing answers. SIGCONT on the way out, whatever happened."""
+    pid = int((cluster.base / "run" / "slurmctld.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
