@@ -33,6 +33,7 @@ from traces.export import build_release, write_release
 from traces.package import DATAPACKAGE, zip_trace
 from traces.settings import TraceSettings, load_key
 from warehouse import analytics, workload
+from warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds
 from warehouse.job_report import job_report, load_notes
 from warehouse.store import Warehouse
 
@@ -165,9 +166,16 @@ def users(root: str) -> list[str]:
 
 
 @cached
-def job_usage(root: str, since: datetime, until: datetime, user: str | None) -> pl.DataFrame:
-    """Per-job efficiency for jobs overlapping the window; only `user`'s jobs when given."""
-    frame = analytics.job_usage(connect(root), since, until, now=until)
+def job_usage(
+    root: str,
+    since: datetime,
+    until: datetime,
+    user: str | None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
+) -> pl.DataFrame:
+    """Per-job efficiency, with its coverage, for jobs overlapping the window; only `user`'s
+    jobs when given."""
+    frame = analytics.job_usage(connect(root), since, until, now=until, needs=needs)
     return frame if user is None else frame.filter(pl.col("user") == user)
 
 
@@ -223,6 +231,7 @@ def job_details(
     now: datetime,
     thresholds: Thresholds,
     cluster: str | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
 ) -> dict | None:
     """`sing job`'s report of one job; None when the job is missing or not `owner`'s. An id
     that `owner` may see in several clusters needs `cluster` (a UserError names them)."""
@@ -236,7 +245,8 @@ def job_details(
         return None
     notes_file = Path(thresholds.notes_file) if thresholds.notes_file else None
     only = found[0][0] if len(found) == 1 else None
-    return job_report(con, job_id, thresholds, load_notes(notes_file), now=now, cluster=only)
+    notes = load_notes(notes_file)
+    return job_report(con, job_id, thresholds, notes, now=now, cluster=only, needs=needs)
 
 
 @cached

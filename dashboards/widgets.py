@@ -12,6 +12,7 @@ from dashboards import data
 from dashboards.access import Viewer
 from dashboards.cli import DEMO_WORDS
 from sing.config import Config
+from warehouse.coverage import coverage_words
 
 VISIT_KEY = "_sing_visit"
 
@@ -92,6 +93,9 @@ JOB_COLUMNS = {
     "hours": st.column_config.NumberColumn("run time h", format="%.1f"),
     "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
     "mean_util": st.column_config.NumberColumn("mean util", format="percent"),
+    "coverage": st.column_config.NumberColumn(
+        "coverage", format="percent", help="share of the expected samples the figures rest on"
+    ),
     "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
     "wasted_gpu_hours": st.column_config.NumberColumn("wasted GPU-h", format="%.1f"),
     "rdma_gb_per_node_hour": st.column_config.NumberColumn("RDMA GB/node-h", format="%.2f"),
@@ -111,6 +115,8 @@ def job_report_section(report: dict) -> None:
     per-node tables (the `sing job` report)."""
     a, b, c, d = st.columns(4)
     a.metric("Mean GPU utilization", percent(report["mean_util"]))
+    if words := coverage_words(report["coverage"]):
+        a.caption(words)  # beside the figure: it rests on part of the job's samples
     b.metric("GPU-hours", hours(report["gpu_hours"]))
     c.metric("Idle GPU-hours", hours(report["idle_gpu_hours"]))
     d.metric("Peak GPU memory", f"{(report['peak_mem_bytes'] or 0) / 2**30:.1f} GiB")

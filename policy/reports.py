@@ -22,6 +22,7 @@ from policy.messages import JOB_END, MONTHLY_DIGEST, WEEKLY_DIGEST, Message, Pos
 from policy.settings import PolicySettings
 from sing.config import Config
 from warehouse.analytics import JOB_USAGE_SQL
+from warehouse.coverage import site_coverage
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 from warehouse.store import Warehouse
@@ -66,7 +67,7 @@ def send_job_end_reports(
     for cluster, job_id, user, account in finished:
         if (cluster, job_id) in settled:
             continue
-        job = job_report(con, job_id, thresholds, notes, now, cluster)
+        job = job_report(con, job_id, thresholds, notes, now, cluster, site_coverage(config))
         context = {"job": job, "report": render(job), "cluster": cluster, "dry_run": dry}
         message = Message(JOB_END, user, cluster, job_id, None, account, context)
         events += _deliver(postman, message, dry, now, actor, {})

@@ -31,7 +31,10 @@ def table(text: str) -> list[dict[str, str]]:
 
 
 def report(root: Path, *args: str) -> str:
-    out = run_sing("--warehouse", str(root), "report", *args)
+    """`sing report ARGS` with the samples' 15-minute interval as the collector's."""
+    config = root.parent / "every-15-min.toml"
+    config.write_text("[collector]\ninterval_s = 900\n")
+    out = run_sing("--config", str(config), "--warehouse", str(root), "report", *args)
     assert out.returncode == 0, out.stderr
     assert not re.search(r"\b(str|f64|i64|datetime\[)", out.stdout), "a dtype row"
     return out.stdout
@@ -56,6 +59,7 @@ def test_jobs_table_units_rounding_and_unknown(
         "queue h": "1.00",
         "GPU-h": "4.0",
         "util %": "40.0",
+        "coverage %": "100",  # 8 samples per GPU, one every 15 minutes over 2 h
         "SM active %": "30.0",
         "idle GPU-h": "2.0",
         "peak mem GiB": "40.0",

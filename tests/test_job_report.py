@@ -24,10 +24,13 @@ from tests.test_analytics import (
     at,
     run_sing,
 )
+from warehouse.coverage import CoverageNeeds
 from warehouse.job_report import DEFAULT_NOTES, job_report, load_notes, render
 from warehouse.store import Warehouse
 
 BUSY_RDMA = 250_000_000  # bytes each way per 15-minute sample: 2 GB per node-hour
+# The samples come every 15 minutes (tests/test_analytics.py's STEP): the jobs are fully covered.
+EVERY_15_MIN = CoverageNeeds(interval_s=900)
 
 
 def make_job(
@@ -75,7 +78,10 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
 
 
 def report(wh: Warehouse, job_id: str, thresholds: Thresholds | None = None) -> dict:
-    return job_report(wh.connect(), job_id, thresholds or Thresholds(), load_notes(None), at(24))
+    thresholds = thresholds or Thresholds()
+    return job_report(
+        wh.connect(), job_id, thresholds, load_notes(None), at(24), needs=EVERY_15_MIN
+    )
 
 
 # The expected note of each job, as its first words (job_notes.toml's wording).
@@ -226,8 +232,10 @@ def test_sing_job_human_report(wh: Warehouse) -> None:
     assert "  * 4 of 16 GPUs were never used." in text
 
 
-def test_sing_job_json(wh: Warehouse) -> None:
-    out = run_sing("--warehouse", str(wh.root), "job", "lonely", "--json")
+def test_sing_job_json(wh: Warehouse, tmp_path: Path) -> None:
+    config = tmp_path / "sing.toml"
+    config.write_text("[collector]\ninterval_s = 900\n")  # fully covered: no partial-data note
+    out = run_sing("--config", str(config), "--warehouse", str(wh.root), "job", "lonely", "--json")
     assert out.returncode == 0, out.stderr
     job = json.loads(out.stdout)
     assert job["job_id"] == "lonely" and job["num_nodes"] == 2
@@ -252,7 +260,10 @@ def test_sing_job_custom_notes_file(wh: Warehouse, tmp_path: Path) -> None:
         '[[note]]\nwhen = "mean_util >= low_util"\nsay = "Busy: {mean_util:.0%} of {num_gpus}."\n'
     )
     config = tmp_path / "site" / "sing.toml"
-    config.write_text('[thresholds]\nnotes_file = "my-notes.toml"\nlow_util = 0.65\n')
+    config.write_text(
+        '[thresholds]\nnotes_file = "my-notes.toml"\nlow_util = 0.65\n'
+        "[collector]\ninterval_s = 900\n"  # fully covered: no partial-data note
+    )
     for job_id, notes in (("healthy", ["Busy: 70% of 4."]), ("never", [])):
         out = run_sing(
             "--config", str(config), "--warehouse", str(wh.root), "job", job_id, "--json"

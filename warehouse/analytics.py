@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import polars as pl
 
+from warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_sql
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 
 # Samples, rollups and node records written before they carried a cluster have NULL there; they
@@ -95,6 +96,7 @@ usage AS (
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            count(*) FILTER (WHERE util_max < $idle_sample) AS gpus_never_used,
            count(*) AS gpus_sampled,
+           sum(samples) AS samples,
            max(mem_peak_bytes) AS peak_mem_bytes,
            max(mem_total_bytes) AS gpu_mem_bytes,
            sum(energy_j) AS energy_j
@@ -116,7 +118,7 @@ SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.name, j.state, j.e
        u.mean_util, u.mean_sm_active, u.idle_share,
        j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 * u.idle_share
            AS idle_gpu_hours,
-       u.gpus_never_used, u.gpus_sampled, u.peak_mem_bytes, u.gpu_mem_bytes, u.energy_j,
+       u.gpus_never_used, u.gpus_sampled, u.samples, u.peak_mem_bytes, u.gpu_mem_bytes, u.energy_j,
        r.rdma_tx_bytes, r.rdma_rx_bytes,
        CASE WHEN NOT coalesce(r.rdma_unknown, false) THEN
            (coalesce(r.rdma_tx_bytes, 0) + coalesce(r.rdma_rx_bytes, 0))
@@ -128,6 +130,15 @@ LEFT JOIN rdma r ON r.cluster = j.cluster AND r.job_id = j.job_id
 WHERE j.start_time IS NOT NULL
   AND j.start_time < $until AND coalesce(j.end_time, $now) > $since
 ORDER BY {numeric_job_order("j.job_id")}, j.cluster
+"""
+
+
+# JOB_USAGE_SQL plus each job's coverage over its run (warehouse/coverage.py): the share of the
+# samples its GPUs should have given, one per GPU every `$interval_s`, that the warehouse holds.
+JOB_COVERAGE_SQL = f"""
+SELECT *, {coverage_sql("samples", "num_gpus", "run_s", "$interval_s::DOUBLE")} AS coverage
+FROM ({JOB_USAGE_SQL})
+ORDER BY {numeric_job_order()}, cluster
 """
 
 
@@ -147,10 +158,16 @@ def job_usage(
     since: datetime | None = None,
     until: datetime | None = None,
     now: datetime | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
 ) -> pl.DataFrame:
-    """One row per job overlapping the window, with its efficiency figures."""
-    params = {**_window(since, until, now), "idle_sample": IDLE_SAMPLE_UTIL}
-    return con.sql(JOB_USAGE_SQL, params=params).pl()
+    """One row per job overlapping the window, with its efficiency figures and their coverage
+    (sampled every `needs.interval_s`)."""
+    params = {
+        **_window(since, until, now),
+        "idle_sample": IDLE_SAMPLE_UTIL,
+        "interval_s": needs.interval_s,
+    }
+    return con.sql(JOB_COVERAGE_SQL, params=params).pl()
 
 
 def utilization_by_node_count(
@@ -236,11 +253,15 @@ def idle_multinode_jobs(
     min_hours: float = 0.0,
     running_only: bool = False,
     now: datetime | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
 ) -> pl.DataFrame:
     """Jobs on >= `min_nodes` nodes, allocated for >= `min_hours`, whose mean GPU utilisation is
     under the threshold, ranked by wasted GPU-hours (allocated GPU-hours x the unused share; ties
-    by numeric job id). `low_rdma` is NULL where the job's RDMA traffic is unknown."""
-    usage = job_usage(con, since, until, now)
+    by numeric job id). `low_rdma` is NULL where the job's RDMA traffic is unknown.
+
+    `partial_data`: the job's coverage is under `needs.min_coverage`, so its figures rest on
+    part of its data and do not show it idle (a node never scraped reads as an idle one)."""
+    usage = job_usage(con, since, until, now, needs)
     if running_only:
         usage = usage.filter(pl.col("end_time").is_null())
     return (
@@ -252,6 +273,7 @@ def idle_multinode_jobs(
         .with_columns(
             wasted_gpu_hours=pl.col("gpu_hours") * (1 - pl.col("mean_util").fill_null(0.0)),
             low_rdma=pl.col("rdma_bytes_per_node_hour") < rdma_threshold,
+            partial_data=pl.col("coverage").fill_null(0.0) < needs.min_coverage,
         )
         .sort(
             pl.col("wasted_gpu_hours"),
@@ -273,6 +295,8 @@ def idle_multinode_jobs(
             "run_s",
             "gpu_hours",
             "mean_util",
+            "coverage",
+            "partial_data",
             "wasted_gpu_hours",
             "rdma_bytes_per_node_hour",
             "low_rdma",

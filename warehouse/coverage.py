@@ -12,7 +12,33 @@ span, at least one per GPU; present samples above that (a GPU scraped twice) cou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from collector.settings import CollectorSettings
+from policy.settings import PolicySettings
+from sing.config import Config
+
 DEFAULT_MIN_COVERAGE = 0.8
+
+
+@dataclass(frozen=True)
+class CoverageNeeds:
+    """What the reports and pages measure a job's coverage against."""
+
+    interval_s: float = CollectorSettings.interval_s  # [collector] interval_s
+    min_coverage: float = DEFAULT_MIN_COVERAGE  # [policy] min_coverage
+
+
+# A site without a config file: the built-in [collector] interval_s and [policy] min_coverage.
+DEFAULT_NEEDS = CoverageNeeds()
+
+
+def site_coverage(config: Config) -> CoverageNeeds:
+    """The site's sampling interval and coverage bar, from its config file."""
+    return CoverageNeeds(
+        config.section("collector", CollectorSettings).interval_s,
+        config.section("policy", PolicySettings).min_coverage,
+    )
 
 
 def coverage_sql(samples: str, gpus: str, seconds: str, interval_s: str) -> str:
@@ -29,3 +55,16 @@ def coverage_words(coverage: float | None) -> str:
     if coverage >= 0.995:
         return ""
     return f"from {coverage:.0%} of the expected samples"
+
+
+def partial_data_note(coverage: float | None, needs: CoverageNeeds) -> str | None:
+    """The plain note for a job whose figures rest on part of its data (under
+    `[policy] min_coverage`); None when enough of it is there, and when there is none at all
+    or the job holds no GPU (its GPU figures are unknown then, and show as such)."""
+    if not coverage or coverage >= needs.min_coverage:
+        return None
+    return (
+        f"These figures rest on part of the job's data: {coverage:.0%} of the samples expected "
+        f"from its GPUs (one per GPU every {needs.interval_s:g} s) are in the warehouse, under "
+        f"the site's {needs.min_coverage:.0%}. Read them as a partial picture, not as the job's."
+    )

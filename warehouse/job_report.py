@@ -21,7 +21,8 @@ import duckdb
 
 from sing.config import Thresholds
 from sing.errors import UserError
-from warehouse.analytics import JOB_GPU_SQL, JOB_RDMA_SQL, JOB_USAGE_SQL
+from warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL
+from warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 
 DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
@@ -54,8 +55,11 @@ def job_report(
     notes: list[dict[str, str]],
     now: datetime | None = None,
     cluster: str | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
 ) -> dict[str, Any]:
-    """Everything `sing job` shows: the job's figures, per-GPU and per-node rows, notes.
+    """Everything `sing job` shows: the job's figures with their coverage (sampled every
+    `needs.interval_s`), per-GPU and per-node rows, notes; under `needs.min_coverage` the first
+    note says the figures rest on part of the job's data.
 
     Job ids repeat across clusters: `cluster` picks one; without it an id found in several
     clusters is an error naming them."""
@@ -68,9 +72,10 @@ def job_report(
         "idle_sample": IDLE_SAMPLE_UTIL,
         "cluster": cluster,
         "job_id": job_id,
+        "interval_s": needs.interval_s,
     }
     rows = con.sql(
-        f"SELECT * FROM ({JOB_USAGE_SQL}) WHERE cluster = $cluster AND job_id = $job_id",
+        f"SELECT * FROM ({JOB_COVERAGE_SQL}) WHERE cluster = $cluster AND job_id = $job_id",
         params=params,
     ).pl()
     if rows.is_empty():
@@ -105,7 +110,8 @@ def job_report(
         .pl()
         .to_dicts()
     )
-    job["notes"] = evaluate_notes(con, job, thresholds, notes)
+    partial = partial_data_note(job["coverage"], needs)
+    job["notes"] = ([partial] if partial else []) + evaluate_notes(con, job, thresholds, notes)
     return job
 
 
@@ -205,6 +211,7 @@ _FIGURE_NAMES = (
     "idle_gpu_hours",
     "gpus_never_used",
     "gpus_sampled",
+    "coverage",
     "peak_mem_bytes",
     "gpu_mem_bytes",
     "energy_j",
@@ -237,7 +244,8 @@ def render(job: dict[str, Any]) -> str:
         "",
         f"GPU-hours allocated {job['gpu_hours']:.1f}   idle GPU-hours "
         f"{job['idle_gpu_hours'] or 0:.1f}   energy {_amount(job['energy_j'], 3.6e6, 'kWh')}",
-        f"GPU utilization  {_bar(job['mean_util'])}  SM activity  {_bar(job['mean_sm_active'])}",
+        f"GPU utilization  {_bar(job['mean_util'])}{_beside(coverage_words(job['coverage']))}"
+        f"  SM activity  {_bar(job['mean_sm_active'])}",
         f"Peak GPU memory  {(job['peak_mem_bytes'] or 0) / GIB:.1f} GiB",
         "",
         "Per GPU:",
@@ -264,6 +272,11 @@ def _bar(ratio: float | None, width: int = 20) -> str:
         return "[" + " " * width + "]  n/a"
     filled = round(max(0.0, min(1.0, ratio)) * width)
     return "[" + "#" * filled + "." * (width - filled) + f"] {ratio:4.0%}"
+
+
+def _beside(words: str) -> str:
+    """`words` in parentheses after a figure, nothing when there are none."""
+    return f" ({words})" if words else ""
 
 
 def _amount(value: float | None, per_unit: float, unit: str) -> str:

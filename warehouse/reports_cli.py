@@ -21,6 +21,7 @@ from sing.progress import Progress
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
 from warehouse import analytics, workload
+from warehouse.coverage import CoverageNeeds, site_coverage
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
 from warehouse.synthetic import check_size, generate
@@ -95,7 +96,7 @@ def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, 
     window = {"since": args.since, "until": args.until, "now": report_now(wh, args.now)}
     extra: dict = {}
     if args.report == "jobs":
-        frame = analytics.job_usage(con, **window)
+        frame = analytics.job_usage(con, **window, needs=site_coverage(config))
     elif args.report == "by-nodes":
         frame = analytics.utilization_by_node_count(con, partition=args.partition, **window)
     elif args.report == "fairness":
@@ -110,6 +111,7 @@ def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, 
             min_nodes=args.min_nodes,
             min_hours=t.idle_job_min_hours,
             running_only=args.running,
+            needs=site_coverage(config),
             **window,
         )
     else:
@@ -129,7 +131,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
     print(render_table(frame.to_dicts(), columns))
     if "jain_index" in extra:
         print(f"Jain's fairness index {extra['jain_index']:.3f} (1 = every user the same share)")
-    for line in explain_unknown(frame):
+    for line in explain_unknown(frame) + explain_partial(frame, site_coverage(config)):
         print(line)
     return 0
 
@@ -155,6 +157,7 @@ REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
         hours("queue_s", "queue"),
         Column("gpu_hours", GPU_H, digits=1),
         percent("mean_util", "util"),
+        percent("coverage", "coverage", digits=0, missing="no GPU"),
         percent("mean_sm_active", "SM active"),
         Column("idle_gpu_hours", f"idle {GPU_H}", digits=1),
         Column("peak_mem_bytes", "peak mem GiB", digits=1, per=GIB),
@@ -187,6 +190,8 @@ REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
         hours("run_s", "run"),
         Column("gpu_hours", GPU_H, digits=1),
         percent("mean_util", "util"),
+        percent("coverage", "coverage", digits=0, missing="no GPU"),
+        Column("partial_data", "partial data"),
         Column("wasted_gpu_hours", f"wasted {GPU_H}", digits=1),
         Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
         Column("low_rdma", "low RDMA"),
@@ -221,6 +226,19 @@ def explain_unknown(frame: pl.DataFrame) -> list[str]:
             "sing warehouse import jobs FILE"
         )
     return lines
+
+
+def explain_partial(frame: pl.DataFrame, needs: CoverageNeeds) -> list[str]:
+    """What a job flagged `partial data` means: its figures do not show it idle."""
+    if "partial_data" not in frame.columns or not frame["partial_data"].any():
+        return []
+    return [
+        f"partial data for {frame['partial_data'].sum()} job(s): the warehouse holds under "
+        f"{needs.min_coverage:.0%} ([policy] min_coverage) of the samples expected from their "
+        f"GPUs (one per GPU every {needs.interval_s:g} s, [collector] interval_s), so their "
+        "figures rest on part of their data: not evidence that they are idle. Check that "
+        "their nodes' exporters are scraped (sing doctor node)."
+    ]
 
 
 def add_usage(sub: argparse._SubParsersAction) -> None:
@@ -468,6 +486,7 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         notes,
         now=report_now(wh, args.now),
         cluster=args.cluster,
+        needs=site_coverage(config),
     )
     if args.json:
         json.dump(job, sys.stdout, default=str)

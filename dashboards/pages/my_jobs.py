@@ -17,9 +17,11 @@ from dashboards.widgets import (
     visit,
     window_picker,
 )
+from warehouse.coverage import site_coverage
 
 v = visit()
 span = data_span(v)
+needs = site_coverage(v.config)
 user = v.viewer.name
 if v.viewer.role == ADMIN:  # admins may look at anybody's jobs, their own by default
     names = data.users(v.warehouse)
@@ -30,7 +32,9 @@ warning_banners(warnings.filter(user=user), v.viewer, v.config)
 since, until = window_picker(span, default_days=30)
 
 with st.spinner("Loading jobs..."):
-    jobs = data.job_usage(v.warehouse, since, until, user).sort("start_time", descending=True)
+    jobs = data.job_usage(v.warehouse, since, until, user, needs).sort(
+        "start_time", descending=True
+    )
 
 if jobs.is_empty():
     st.info(f"{user} has no job that ran in this window.")
@@ -81,6 +85,7 @@ st.dataframe(
         (pl.col("run_s") / 3600).alias("hours"),
         "gpu_hours",
         "mean_util",
+        "coverage",
         "idle_gpu_hours",
     ),
     hide_index=True,
@@ -90,7 +95,7 @@ st.dataframe(
 st.subheader("One job in detail")
 job_id = st.selectbox("Job", jobs["job_id"].to_list(), key="detail_job")
 # The owner filter is the job's user here, so even a crafted selection shows only their jobs.
-report = data.job_details(v.warehouse, job_id, user, span.last, v.config.thresholds)
+report = data.job_details(v.warehouse, job_id, user, span.last, v.config.thresholds, needs=needs)
 if report is not None:
     job_report_section(report)
     st.page_link(
