@@ -18,6 +18,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from dashboards import data
+from dashboards.cli import DEMO_ARG
 from warehouse.store import Warehouse
 
 APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
@@ -60,7 +61,7 @@ def test_dashboards_read_while_a_writer_appends(tmp_path: Path, monkeypatch) -> 
     root = tmp_path / "wh"
     Warehouse(root)
     monkeypatch.setenv("SING_WAREHOUSE", str(root))
-    monkeypatch.setenv("SING_DASHBOARD_DEMO", "1")
+    monkeypatch.setattr(sys, "argv", [str(APP), DEMO_ARG])  # as `sing dashboard --demo` starts it
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root), START.isoformat(), "40"],
         stdout=subprocess.PIPE,
