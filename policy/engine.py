@@ -130,7 +130,14 @@ class Engine:
             decisions = self.decide(now, fine_jobs=False)
             acting = any(d.action in (CANCEL, RECONCILE) for d in decisions)
             live = self._live() if acting else None
-            self.breaker = Breaker.load(self.warehouse, self.executor.cluster, now, self.settings)
+            # The breaker reads the whole trail: only a round with a real cancel due needs it.
+            cluster, limit = self.executor.cluster, self.settings.max_cancels_per_hour
+            due = any(d.action == CANCEL and not d.dry_run for d in decisions)
+            self.breaker = (
+                Breaker.load(self.warehouse, cluster, now, self.settings)
+                if due
+                else Breaker(cluster, now, limit, recent_cancels=0)
+            )
             events = [e for d in decisions for e in self._act(d, now, live)]
             events += self.breaker.events(self.actor, self.postman)
             record(self.warehouse, events)
