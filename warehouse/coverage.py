@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from collector.settings import CollectorSettings
 from policy.settings import PolicySettings
-from sing.config import Config
+from sing.config import Config, ConfigError
 
 DEFAULT_MIN_COVERAGE = 0.8
 
@@ -34,11 +34,14 @@ DEFAULT_NEEDS = CoverageNeeds()
 
 
 def site_coverage(config: Config) -> CoverageNeeds:
-    """The site's sampling interval and coverage bar, from its config file."""
-    return CoverageNeeds(
-        config.section("collector", CollectorSettings).interval_s,
-        config.section("policy", PolicySettings).min_coverage,
-    )
+    """The site's sampling interval and coverage bar, from its config file. A `[policy]`
+    section that does not load (a bad time zone) leaves the default bar: the figures still
+    show, and the policy commands and pages name the error."""
+    try:
+        min_coverage = config.section("policy", PolicySettings).min_coverage
+    except ConfigError:
+        min_coverage = DEFAULT_MIN_COVERAGE
+    return CoverageNeeds(config.section("collector", CollectorSettings).interval_s, min_coverage)
 
 
 def coverage_sql(samples: str, gpus: str, seconds: str, interval_s: str) -> str:
