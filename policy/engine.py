@@ -206,6 +206,12 @@ class Engine:
         if job is not None and same_start(job.start_time, d.start_time):
             why = {"error": "the round stopped before the cancel was confirmed; still running"}
             return [self._event(d, now, ACTION, CANCEL, channel=kind, ok=False, detail=why)]
+        if job is not None:  # requeued: the run the intent was for is gone, this one is new
+            changed = {"error": "the job was requeued before the cancel was confirmed"}
+            return [
+                self._event(d, now, ACTION, CANCEL, channel=kind, ok=False, detail=changed),
+                self._event(d, now, ACTION, LEFT_ALONE, detail={"why": CHANGED}),
+            ]
         state = (d.job.get("state") or "").upper()
         if d.job.get("end_time") is None:
             return []  # not running, no end on record yet: the next round looks again
