@@ -5,8 +5,13 @@ payload, ~9.5 ms for one exporter's 54 KB; at 1,000 nodes every 15 s that alone 
 The collector needs a dozen metric names out of hundreds, so this parser looks at the name first
 (one regex scan in C over the payload) and fully parses labels and values only for the wanted
 lines, ~0.3 ms per payload (bench/bench_collector.py measures both side by side). The lines it
-does parse follow the format's rules: escaped label values (backslash, quote, newline),
-`NaN`/`+Inf`/`-Inf`, an optional millisecond timestamp; comments and blank lines are ignored.
+does parse follow the rules of the reference parser (prometheus/common expfmt/text_parse.go):
+blanks and tabs may lead the line and separate the name, the label set and the value; escaped
+label values (backslash, quote, newline); a value as Go's ParseFloat reads it (`NaN`, `+Inf`,
+`-Inf`, no `_` digit separators as Python's float() would take); an optional millisecond
+timestamp, a base-10 int64; no duplicate label names and no `__name__` label. Comments and blank
+lines are ignored; trailing whitespace (a CR before the newline) is tolerated, as
+prometheus_client tolerates it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,17 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 # One label pair: name="value", the value may hold escaped quotes and backslashes.
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*(?:\\.[^"\\]*)*)"\s*(?:,|$)')
+_LABEL = re.compile(
+    r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"[ \t]*(?:,|$)'
+)
+# What follows the name or the label set: the value as Go's strconv.ParseFloat spells it (ASCII
+# digits, no `_`, no hex: expfmt rejects `p`), then an optional base-10 timestamp.
+_VALUE_TIMESTAMP = re.compile(
+    r"[ \t]*([+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?)|nan)"
+    r"(?:[ \t]+([+-]?[0-9]+))?\s*",
+    re.IGNORECASE | re.ASCII,
+)
+_INT64 = 2**63
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
 
@@ -55,36 +70,46 @@ def _line_finder(wanted: frozenset[str]) -> re.Pattern[str]:
     """A regex for the lines of the wanted metrics: the scan over the payload runs in C."""
     names = "|".join(re.escape(n) for n in sorted(wanted, key=len, reverse=True))
     # The name ends at a label set, blank or the line's end: `up:extra` is another metric.
-    return re.compile(rf"^({names})(?=[{{\s]|$)(.*)$", re.MULTILINE)
+    # Leading blanks and tabs are skipped, as the reference parser's startOfLine does.
+    return re.compile(rf"^[ \t]*({names})(?=[{{\s]|$)(.*)$", re.MULTILINE)
 
 
 def _parse_line(name: str, rest: str) -> Sample:
     labels: dict[str, str] = {}
+    rest = rest.lstrip(" \t")  # `name {...}`: a blank may part the name and its label set
     if rest.startswith("{"):
         close = rest.rfind("}")
         if close == -1:
             raise ValueError("unterminated label set")
         labels = _parse_labels(rest[1:close])
         rest = rest[close + 1 :]
-    fields = rest.split()
-    if not fields or len(fields) > 2:
+    match = _VALUE_TIMESTAMP.fullmatch(rest)
+    if not match:
         raise ValueError("expected a value and an optional timestamp")
-    value = float(fields[0])  # accepts NaN, +Inf, -Inf as the format spells them
-    timestamp = int(fields[1]) if len(fields) == 2 else None
-    return Sample(name, labels, value, timestamp)
+    timestamp = None if match.group(2) is None else int(match.group(2))
+    if timestamp is not None and not -_INT64 <= timestamp < _INT64:
+        raise ValueError("timestamp out of int64 range")
+    return Sample(name, labels, float(match.group(1)), timestamp)
 
 
 def _parse_labels(text: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     pos = 0
     text = text.rstrip()
+    pairs = 0
     while pos < len(text):
         match = _LABEL.match(text, pos)
         if not match:
             raise ValueError(f"bad label at {text[pos : pos + 40]!r}")
-        value = match.group(2)
+        label, value = match.groups()
         if "\\" in value:
             value = _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), "\\" + m.group(1)), value)
-        labels[match.group(1)] = value
+        labels[label] = value
+        pairs += 1
         pos = match.end()
+    # Checked once per line, not per pair: the loop above is the parser's hot path.
+    if len(labels) < pairs:
+        raise ValueError("duplicate label names")
+    if "__name__" in labels:
+        raise ValueError("label name '__name__' is reserved")
     return labels

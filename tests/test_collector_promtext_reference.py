@@ -1,0 +1,116 @@
+"""collector.promtext against the reference parsers: the same samples as prometheus_client's parser
+on valid lines, and a ParseError where the Go parser (prometheus/common expfmt/text_parse.go, the
+parser behind client_golang and promtool) rejects the line.
+
+The accepted lines are taken from the scenarios of prometheus/common expfmt/text_parse_test.go
+(testTextParse, scenarios 1 to 3: "various whitespace", "the evil summary"), plus the cases of
+issue 28: a blank between the name and `{`, several blanks before the value, leading blanks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.promtext import ParseError, Sample, parse
+
+ACCEPTED = [
+    # prometheus/common expfmt/text_parse_test.go, scenario 1 (minimal case).
+    "minimal_metric 1.234",
+    "another_metric -3e3 103948",
+    "no_labels{} 3",
+    # Scenario 2 (counters & gauges, various whitespace, escape sequences).
+    'name{labelname="val1",basename="basevalue"} NaN',
+    'name {labelname="val2",basename="base\\"v\\\\al\\nue"} 0.23 1234567890',
+    'name2{labelname="val2"\t,basename   =   "basevalue2"\t\t} +Inf 54321',
+    'name2{ labelname = "val1" , }-Inf',
+    # Scenario 3 (the evil summary): negative timestamp, leading zero, leading blanks.
+    "decoy -1 -2",
+    'my_summary_sum{n1="val2"} 08 15',
+    '  my_summary{n1="val1",n2="val2",quantile="-12.34",} NaN',
+    # Issue 28.
+    'metric {a="b"} 1',
+    'metric{a="b"}  1',
+    '\tmetric{a="b"} 1',
+    " \t metric 1 1700000000123",
+    "metric\t1",
+    "metric 1.",
+    "metric .5e-3",
+    "metric Infinity",
+    "metric 1 ",
+]
+
+# Rejected by the Go parser: parseFloat refuses `_` and `p`, ParseInt(s, 10, 64) refuses `_`,
+# fractions and overflow, startLabelName refuses `__name__` and duplicate names, startTimestamp
+# refuses anything after the timestamp. Python's float() and int() would take the first four.
+REJECTED = [
+    "metric 1_000",
+    "metric 1 1_000",
+    "metric 0x1p-2",
+    "metric \u0661",  # ARABIC-INDIC DIGIT ONE: float() reads it as 1.0
+    "metric 1 1.5",
+    "metric 1 99999999999999999999",
+    "metric 1 2 3",
+    'metric{a="b",a="c"} 1',
+    'metric{__name__="other"} 1',
+    'metric{a="b"} 1_0',
+]
+
+
+def reference(line: str) -> list[Sample]:
+    """What prometheus_client makes of the line, in collector.promtext's terms."""
+    return [
+        Sample(
+            s.name,
+            s.labels,
+            s.value,
+            None if s.timestamp is None else round(s.timestamp * 1000),
+        )
+        for family in text_string_to_metric_families(line + "\n")
+        for s in family.samples
+    ]
+
+
+def same(ours: list[Sample], theirs: list[Sample]) -> bool:
+    def key(s: Sample) -> tuple:
+        return (s.name, s.labels, "nan" if math.isnan(s.value) else s.value, s.timestamp_ms)
+
+    return [key(s) for s in ours] == [key(s) for s in theirs]
+
+
+@pytest.mark.parametrize("line", ACCEPTED)
+def test_accepted_lines_give_prometheus_clients_samples(line: str) -> None:
+    name = line.strip().split("{")[0].split()[0]
+    ours = parse("# HELP other help\n" + line + "\n", {name})
+    assert len(ours) == 1
+    assert same(ours, reference(line)), (ours, reference(line))
+
+
+@pytest.mark.parametrize("line", REJECTED)
+def test_lines_the_go_parser_rejects_fail_the_target(line: str) -> None:
+    with pytest.raises(ParseError, match=r"^line 2: "):
+        parse("# HELP metric help\n" + line + "\n", {"metric"})
+
+
+def test_prometheus_client_rejects_the_same_lines_where_it_checks() -> None:
+    # Where prometheus_client checks (digit separators, duplicate and reserved labels) it agrees
+    # with the Go parser; the rejected list is not a sing invention.
+    for line in ["metric 1_000", 'metric{a="b",a="c"} 1', 'metric{__name__="other"} 1']:
+        with pytest.raises(ValueError):
+            reference(line)
+
+
+def test_a_bad_wanted_line_fails_the_page_and_a_bad_other_line_is_ignored() -> None:
+    # sing's policy (docs/collector.md): a malformed wanted line fails the whole target, as the Go
+    # parser fails the whole page; lines of metrics sing does not read are not parsed at all.
+    good = "other_metric 1_000\n  metric 2\n"
+    assert parse(good, {"metric"}) == [Sample("metric", {}, 2.0)]
+    with pytest.raises(ParseError, match=r"^line 3: duplicate label name"):
+        parse(good + 'metric{a="b",a="c"} 1\n', {"metric"})
+
+
+def test_leading_blanks_keep_the_line_number_in_errors() -> None:
+    with pytest.raises(ParseError, match=r"^line 2: .*'  metric 1_000'"):
+        parse("# comment\n  metric 1_000\n", {"metric"})
