@@ -5,7 +5,7 @@ Everything lives under one scratch directory and uses free ports chosen at `up()
 side. Every daemon runs in the foreground in its own process group (tests/daemons.py): `down()`
 stops those groups, and should pytest die first, its exit hooks do; daemons left by a run killed
 with SIGKILL are reaped by the next `up()` (only those whose pytest is gone). Configs follow
-/work/shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups,
+../shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups,
 munge on its own socket, `AccountingStoragePass` pointing at that socket, fake GPU device nodes.
 
 The two nodes declare typed GPUs (`Gres=gpu:a100:8`) so accounting carries both `gres/gpu=N` and
