@@ -7,8 +7,10 @@ The collector needs a dozen metric names out of hundreds, so this parser looks a
 lines, ~0.3 ms per payload (bench/bench_collector.py measures both side by side). The lines it
 does parse follow the rules of the reference parser (prometheus/common expfmt/text_parse.go):
 blanks and tabs may lead the line and separate the name, the label set and the value; escaped
-label values (backslash, quote, newline); a value as Go's ParseFloat reads it (`NaN`, `+Inf`,
-`-Inf`, no `_` digit separators as Python's float() would take); an optional millisecond
+label values (backslash, quote, newline; any other escape is an error); quoted UTF-8 names
+(`{"my.metric","dotted.label"="v"} 1`, prometheus/common 0.62+); a value as Go's ParseFloat
+reads it (`NaN`, `+Inf`, `-Inf`, no `_` digit separators as Python's float() would take); an
+optional millisecond
 timestamp, a base-10 int64; no duplicate label names and no `__name__` label. Comments and blank
 lines are ignored; trailing whitespace (a CR before the newline) is tolerated, as
 prometheus_client tolerates it.
@@ -21,10 +23,14 @@ import re
 from collections.abc import Collection
 from typing import NamedTuple
 
-# One label pair: name="value", the value may hold escaped quotes and backslashes.
-_LABEL = re.compile(
-    r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"[ \t]*(?:,|$)'
-)
+# A quoted string of the format: escaped quotes, backslashes and newlines inside.
+_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
+# One label pair: name="value".
+_LABEL = re.compile(rf"[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*{_QUOTED}[ \t]*(?:,|$)")
+# Since the UTF-8 names of prometheus/common 0.62 a label name may be quoted ("dotted.label"="v"),
+# and a quoted string alone in the braces is the metric's name (`{"my.metric",a="b"} 1`, anywhere
+# in the braces). Tried only where _LABEL does not match, so common pages pay nothing for it.
+_QUOTED_LABEL = re.compile(rf"[ \t]*{_QUOTED}(?:[ \t]*=[ \t]*{_QUOTED})?[ \t]*(?:,|$)")
 # What follows the name or the label set: the value as Go's strconv.ParseFloat spells it (ASCII
 # digits, no `_`, no hex: expfmt rejects `p`), then an optional base-10 timestamp.
 _VALUE_TIMESTAMP = re.compile(
@@ -33,7 +39,8 @@ _VALUE_TIMESTAMP = re.compile(
     re.IGNORECASE | re.ASCII,
 )
 _INT64 = 2**63
-_ESCAPE = re.compile(r"\\(.)")
+_BRACE_LINE = re.compile(r"\n[ \t]*\{")  # a literal first character: the scan runs at C speed
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
 
 
@@ -56,22 +63,34 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
     GPUs would be worse than none).
     """
     out: list[Sample] = []
-    for match in _line_finder(frozenset(wanted)).finditer(text):
+    wanted = frozenset(wanted)
+    if not wanted:
+        return out
+    # Lines that open with `{` (a quoted name) are rare: the scan looks for them only if present.
+    brace_first = text.lstrip(" \t").startswith("{") or _BRACE_LINE.search(text) is not None
+    for match in _line_finder(wanted, brace_first).finditer(text):
         try:
-            out.append(_parse_line(match.group(1), match.group(2)))
+            name, rest = match.groups()
+            sample = _parse_line(name, rest)
+            if name or sample.name in wanted:  # a line opening with `{` names itself inside
+                out.append(sample)
         except ValueError as err:
             number = text.count("\n", 0, match.start()) + 1
             raise ParseError(f"line {number}: {err}: {match.group(0)[:200]!r}") from None
     return out
 
 
-@functools.lru_cache(maxsize=16)
-def _line_finder(wanted: frozenset[str]) -> re.Pattern[str]:
+@functools.lru_cache(maxsize=32)
+def _line_finder(wanted: frozenset[str], brace_first: bool) -> re.Pattern[str]:
     """A regex for the lines of the wanted metrics: the scan over the payload runs in C."""
     names = "|".join(re.escape(n) for n in sorted(wanted, key=len, reverse=True))
     # The name ends at a label set, blank or the line's end: `up:extra` is another metric.
-    # Leading blanks and tabs are skipped, as the reference parser's startOfLine does.
-    return re.compile(rf"^[ \t]*({names})(?=[{{\s]|$)(.*)$", re.MULTILINE)
+    # Leading blanks and tabs are skipped, as the reference parser's startOfLine does. A line
+    # opening with `{` carries its (quoted) name inside the braces, so it is always parsed.
+    names = rf"(?:{names})(?=[{{\s]|$)"
+    if brace_first:
+        names += r"|(?=\{)"
+    return re.compile(rf"^[ \t]*({names})(.*)$", re.MULTILINE)
 
 
 def _parse_line(name: str, rest: str) -> Sample:
@@ -81,8 +100,14 @@ def _parse_line(name: str, rest: str) -> Sample:
         close = rest.rfind("}")
         if close == -1:
             raise ValueError("unterminated label set")
-        labels = _parse_labels(rest[1:close])
+        labels, quoted_name = _parse_labels(rest[1:close])
+        if quoted_name is not None:
+            if name:
+                raise ValueError("a second metric name in the label set")
+            name = quoted_name
         rest = rest[close + 1 :]
+    if not name:
+        raise ValueError("no metric name")
     match = _VALUE_TIMESTAMP.fullmatch(rest)
     if not match:
         raise ValueError("expected a value and an optional timestamp")
@@ -92,18 +117,31 @@ def _parse_line(name: str, rest: str) -> Sample:
     return Sample(name, labels, float(match.group(1)), timestamp)
 
 
-def _parse_labels(text: str) -> dict[str, str]:
+def _parse_labels(text: str) -> tuple[dict[str, str], str | None]:
+    """The label set's pairs, and the metric name where the set carries it quoted."""
     labels: dict[str, str] = {}
+    name = None
     pos = 0
     text = text.rstrip()
     pairs = 0
     while pos < len(text):
         match = _LABEL.match(text, pos)
-        if not match:
-            raise ValueError(f"bad label at {text[pos : pos + 40]!r}")
-        label, value = match.groups()
+        if match:
+            label, value = match.groups()
+        else:
+            match = _QUOTED_LABEL.match(text, pos)
+            if not match:
+                raise ValueError(f"bad label at {text[pos : pos + 40]!r}")
+            quoted, value = match.groups()
+            if value is None:  # a lone string: the metric's name, once
+                if name is not None:
+                    raise ValueError(f"a second metric name {quoted!r}")
+                name = _unescape(quoted)
+                pos = match.end()
+                continue
+            label = _unescape(quoted)
         if "\\" in value:
-            value = _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), "\\" + m.group(1)), value)
+            value = _unescape(value)
         labels[label] = value
         pairs += 1
         pos = match.end()
@@ -112,4 +150,16 @@ def _parse_labels(text: str) -> dict[str, str]:
         raise ValueError("duplicate label names")
     if "__name__" in labels:
         raise ValueError("label name '__name__' is reserved")
-    return labels
+    return labels, name
+
+
+def _unescape(text: str) -> str:
+    """The format's three escapes; any other (`\\t`) is an error, as in the Go parser."""
+    return _ESCAPE.sub(_escaped, text) if "\\" in text else text
+
+
+def _escaped(match: re.Match[str]) -> str:
+    try:
+        return _UNESCAPED[match.group(1)]
+    except KeyError:
+        raise ValueError(f"invalid escape sequence '\\{match.group(1)}'") from None

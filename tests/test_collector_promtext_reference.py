@@ -9,12 +9,17 @@ issue 28: a blank between the name and `{`, several blanks before the value, lea
 
 from __future__ import annotations
 
+import ast
 import math
+import re
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.promtext import ParseError, Sample, parse
+from collector.scrape import PayloadError, fetch
+from tests.http_stub import serving
 
 ACCEPTED = [
     # prometheus/common expfmt/text_parse_test.go, scenario 1 (minimal case).
@@ -114,3 +119,86 @@ def test_a_bad_wanted_line_fails_the_page_and_a_bad_other_line_is_ignored() -> N
 def test_leading_blanks_keep_the_line_number_in_errors() -> None:
     with pytest.raises(ParseError, match=r"^line 2: .*'  metric 1_000'"):
         parse("# comment\n  metric 1_000\n", {"metric"})
+
+
+# --- Every scenario of the Go parser's own test file (tests/fixtures/expfmt/README.md) ---
+
+GO_TESTS = Path(__file__).parent / "fixtures" / "expfmt" / "text_parse_test.go"
+
+# Error scenarios of testTextParseError that sing accepts or never reads, each a documented design
+# choice (docs/collector.md "The text format"): sing parses only the lines of the metrics it
+# wants (and every line opening with `{`, whose name is inside), and reads no comment (HELP and
+# TYPE lines), so checks that need a TYPE line or another metric's line are not made; a last
+# line without its newline is read, as prometheus_client reads it.
+NOT_READ = {
+    0: "last line without a newline: read, as prometheus_client reads it",
+    7: "quantile label checked only for a TYPE summary: sing reads no TYPE line",
+    12: "second HELP line: comments are not read",
+    13: "second TYPE line: comments are not read",
+    14: "TYPE after samples: comments are not read",
+    15: "unknown TYPE: comments are not read",
+    16: "bad name in a comment: comments are not read",
+    17: "a name sing does not want is not parsed",
+    19: "le label checked only for a TYPE histogram",
+    32: "le label checked only for a TYPE histogram",
+    33: "quantile label checked only for a TYPE summary",
+    41: "valid in UTF-8 mode (errUTF8 is empty)",
+    42: "valid in UTF-8 mode (errUTF8 is empty)",
+    43: "histogram counts checked only for a TYPE histogram",
+    44: "histogram counts checked only for a TYPE histogram",
+    45: "histogram counts checked only for a TYPE histogram",
+    46: "histogram counts checked only for a TYPE histogram",
+}
+
+
+def go_inputs(function: str) -> list[str]:
+    """The `in:` strings of one scenario list of the Go test file, decoded as Go decodes them."""
+    source = GO_TESTS.read_text()
+    body = source[source.index(f"func {function}(t testing.TB)") :]
+    body = body[: body.index("\nfunc ")]
+    inputs = []
+    for match in re.finditer(r'\bin:\s+(`[^`]*`|"(?:[^"\\]|\\.)*")', body):
+        literal = match.group(1)
+        if literal.startswith("`"):
+            inputs.append(literal[1:-1])
+        else:  # an interpreted Go string: the same escapes as a Python bytes literal here
+            raw = ast.literal_eval("b" + literal)
+            inputs.append(raw.decode("utf-8", errors="surrogateescape"))
+    return inputs
+
+
+def test_the_go_file_has_every_scenario() -> None:
+    assert len(go_inputs("testTextParse")) == 18
+    assert len(go_inputs("testTextParseError")) == 48
+
+
+@pytest.mark.parametrize("index", range(18))
+def test_go_valid_scenarios_give_prometheus_clients_samples(index: int) -> None:
+    # Compared with the comments left out, as sing reads no comment: prometheus_client would
+    # otherwise name a TYPE counter's samples `_total` and refuse the TYPE gauge_histogram.
+    text = go_inputs("testTextParse")[index]
+    samples = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    theirs = reference("\n".join(samples))
+    ours = parse(text, {s.name for s in theirs})
+    assert same(ours, theirs), (ours, theirs)
+
+
+@pytest.mark.parametrize("index", [i for i in range(48) if i not in NOT_READ])
+def test_go_error_scenarios_fail_the_target(index: int) -> None:
+    text = go_inputs("testTextParseError")[index]
+    if "\udcbd" in text:  # not UTF-8: the scrape itself refuses the page, before parsing
+        page = text.encode("utf-8", errors="surrogateescape")
+        with serving(lambda path: page) as address, pytest.raises(PayloadError, match="UTF-8"):
+            fetch(f"http://{address}/metrics", timeout_s=5, max_bytes=1 << 20)
+        return
+    names = {"metric", "foo", "metric.name", "a\udcc5z", "another.name", "bla", "blubber"}
+    with pytest.raises(ParseError):
+        parse(text, names)
+
+
+@pytest.mark.parametrize("index", sorted(NOT_READ))
+def test_go_error_scenarios_sing_does_not_check_are_the_documented_ones(index: int) -> None:
+    # What sing makes of them: no error, and no sample that is not a valid one of a wanted name.
+    text = go_inputs("testTextParseError")[index]
+    for sample in parse(text, {"metric", "metric_name", "request_duration_microseconds_count"}):
+        assert math.isfinite(sample.value) or math.isnan(sample.value)
