@@ -78,6 +78,10 @@ def reference(line: str) -> list[Sample]:
     ]
 
 
+def without_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
 def same(ours: list[Sample], theirs: list[Sample]) -> bool:
     def key(s: Sample) -> tuple:
         return (s.name, s.labels, "nan" if math.isnan(s.value) else s.value, s.timestamp_ms)
@@ -177,8 +181,7 @@ def test_go_valid_scenarios_give_prometheus_clients_samples(index: int) -> None:
     # Compared with the comments left out, as sing reads no comment: prometheus_client would
     # otherwise name a TYPE counter's samples `_total` and refuse the TYPE gauge_histogram.
     text = go_inputs("testTextParse")[index]
-    samples = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    theirs = reference("\n".join(samples))
+    theirs = reference(without_comments(text))
     ours = parse(text, {s.name for s in theirs})
     assert same(ours, theirs), (ours, theirs)
 
@@ -202,3 +205,80 @@ def test_go_error_scenarios_sing_does_not_check_are_the_documented_ones(index: i
     text = go_inputs("testTextParseError")[index]
     for sample in parse(text, {"metric", "metric_name", "request_duration_microseconds_count"}):
         assert math.isfinite(sample.value) or math.isnan(sample.value)
+
+
+# --- prometheus/prometheus model/textparse (tests/fixtures/textparse/README.md) ---
+
+
+def test_a_real_prometheus_page_gives_prometheus_clients_samples() -> None:
+    text = (
+        Path(__file__).parent / "fixtures" / "textparse" / "alltypes.237mfs.prom.txt"
+    ).read_text()
+    theirs = reference(without_comments(text))
+    ours = parse(text, {s.name for s in theirs})
+    assert len(ours) == 1857
+    assert same(ours, theirs)
+
+
+def test_promparse_utf8_names_give_the_scraped_samples() -> None:
+    # TestUTF8PromParse's input (a quoted name anywhere in the braces, blanks around `=`, a
+    # trailing comma, escapes in quoted names) with Prometheus' expected series.
+    text = (
+        '{"go.gc_duration_seconds",quantile="0"} 4.9351e-05\n'
+        '{"go.gc_duration_seconds",quantile="0.25",} 7.424100000000001e-05\n'
+        '{ "go.gc_duration_seconds", quantile = "1.0", a = "b" } 8.3835e-05\n'
+        '{"go.gc_duration_seconds_count"} 99\n'
+        '{"Heizölrückstoßabdämpfung 10€ metric with \\"interesting\\" {character\\nchoices}",'
+        '"strange©™\\n\'quoted\' \\"name\\""="6"} 10.0\n'
+    )
+    odd = 'Heizölrückstoßabdämpfung 10€ metric with "interesting" {character\nchoices}'
+    wanted = {"go.gc_duration_seconds", "go.gc_duration_seconds_count", odd}
+    assert parse(text, wanted) == [
+        Sample("go.gc_duration_seconds", {"quantile": "0"}, 4.9351e-05),
+        Sample("go.gc_duration_seconds", {"quantile": "0.25"}, 7.424100000000001e-05),
+        Sample("go.gc_duration_seconds", {"quantile": "1.0", "a": "b"}, 8.3835e-05),
+        Sample("go.gc_duration_seconds_count", {}, 99.0),
+        Sample(odd, {"strange©™\n'quoted' \"name\"": "6"}, 10.0),
+    ]
+    assert same(parse(text, wanted), reference(text))
+
+
+# TestPromParseErrors and TestPromNullByteHandling: the inputs Prometheus' scrape parser refuses,
+# all but three: `# TYPE #` and `# HELP #` (sing reads no comment) and an invalid UTF-8 value (the
+# scrape refuses the page before parsing, as test_go_error_scenarios_fail_the_target checks).
+PROMPARSE_REJECTED = [
+    "a",
+    "a{b='c'} 1\n",
+    "a{b=\n",
+    'a{\xff="foo"} 1\n',
+    '{"a", "b = "c"}',
+    '{"a",b\\nc="d"} 1',
+    "a true\n",
+    'something_weird{problem="',
+    'empty_label_name{=""} 0',
+    "{A}0",
+    "foo 1_2\n",
+    "foo 0x1p-3\n",
+    "foo 0x1P-3\n",
+    "foo 0 1_2\n",
+    '{a="ok"} 1',
+    'a{b=\x00"ssss"} 1\n',
+    'a{b="\x00',
+    'a{b\x00="hiih"}\t1',
+    "a 0 1\x00",
+]
+PROMPARSE_ACCEPTED = ['null_byte_metric{a="abc\x00"} 1', 'a{b="\x00ss"} 1\n', 'a{b="\x00"} 1\n']
+
+
+@pytest.mark.parametrize("text", PROMPARSE_REJECTED)
+def test_what_prometheus_refuses_fails_the_target(text: str) -> None:
+    wanted = {"a", "foo", "something_weird", "empty_label_name"}
+    with pytest.raises(ParseError):
+        parse(text, wanted)
+
+
+def test_what_prometheus_takes_with_null_bytes_is_read() -> None:
+    for text in PROMPARSE_ACCEPTED:
+        assert len(parse(text, {"a", "null_byte_metric"})) == 1
+    # `a\x00{...}` is a metric named `a\x00` to sing, not `a`: no sample of `a`, no error.
+    assert parse('a\x00{b="ddd"} 1', {"a"}) == []
