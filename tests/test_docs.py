@@ -1,5 +1,6 @@
-"""The figures the user docs quote are what the code prints today: each quoted table or sentence is
-read from the doc and compared with a fresh run of the command the doc names.
+"""The user docs are true: the figures they quote are what the code prints today, and their
+examples run. Each quoted table or sentence is read from the doc and compared with a fresh run
+of the command the doc names.
 
 A change that moves a figure fails here, so the doc is regenerated with the change, never left
 to drift (issue 29: docs/scheduler.md said 5,990 jobs for a week the replay counts 14,161 in).
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from executors.profile import load_profile
 from sing.cli import main
 from tests.shared_data import PHILLY, require
 
@@ -94,3 +96,17 @@ def test_readme_busy_week_sentence_is_todays_replay(busy_week: dict[str, dict]) 
     )
     assert sentence in readme
     assert re.search(r"busy week of 2017-10-17 on 28 x 8 GPUs", readme)
+
+
+def test_every_job_profile_example_in_the_docs_loads(tmp_path: Path) -> None:
+    # A YAML block with an `entry:` is a job profile: it must load as the docs show it.
+    blocks = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
+        blocks += [
+            b for b in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S) if "entry:" in b
+        ]
+    assert blocks, "the docs show no job profile"
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"profile{number}.yaml"
+        path.write_text(block)
+        assert load_profile(path).commands
