@@ -575,12 +575,13 @@ def test_cluster_page_shows_capacity_assignment_and_use(dashboard: RealRun) -> N
     inventory = f"{len(NODES)} nodes, {CAPACITY_GPUS} GPUs"
     assert any(inventory in c.value for c in at.caption), [c.value for c in at.caption]
     # The page's window is the data's span: from the first job's submission (Slurm's time) to
-    # the newest sample; both nodes were seen before it opened.
+    # the newest sample; both nodes were seen before it opened. Slurm keeps whole seconds, so
+    # a job submitted 0.8 s after the nodes were seen carries a submit time 0.2 s before it.
     first = min(t.submit for t in real.times.values())
     ((last,),) = real.sql("SELECT max(ts) FROM gpu_samples")
     ((seen,),) = real.sql("SELECT max(first) FROM (SELECT min(valid_from) AS first FROM nodes "
                           "WHERE gpus > 0 GROUP BY node)")  # fmt: skip
-    assert seen <= first and real.burst_end <= last <= real.collector_stopped
+    assert seen.replace(microsecond=0) <= first and real.burst_end <= last <= real.collector_stopped
     capacity_s = CAPACITY_GPUS * (last - first).total_seconds()
     allocated_s = sum(gpus_of(key) * real.run_s(key) for key in real.ids)
     figures = metrics(at)
