@@ -161,6 +161,29 @@ def running_jobs(rng: np.random.Generator, count: int) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
+def gpu_samples(
+    rng: np.random.Generator, gpus: list[tuple], t0: datetime, t1: datetime, sample_s: float
+) -> pa.Table:
+    """The samples in [t0, t1) of GPUs (job_id, node, index, start, end, util), one every
+    `sample_s` on the clock's grid while the job runs, util with noise where it is busy."""
+    columns: dict[str, list] = {k: [] for k in ("ts", "job_id", "node", "gpu_index", "util")}
+    for job_id, node, index, start, end, util in gpus:
+        lo, hi = max(t0, start).timestamp(), min(t1, end).timestamp()
+        ts = np.arange(np.ceil(lo / sample_s) * sample_s, hi, sample_s)
+        columns["ts"].append(ts)
+        columns["job_id"].append(np.full(len(ts), job_id, dtype=object))
+        columns["node"].append(np.full(len(ts), node, dtype=object))
+        columns["gpu_index"].append(np.full(len(ts), index, dtype=np.int16))
+        noise = rng.normal(0, 0.05, len(ts)) if util else np.zeros(len(ts))
+        columns["util"].append(np.clip(util + noise, 0, 1).astype(np.float32))
+    data = {k: np.concatenate(v) for k, v in columns.items()}
+    return pa.table({
+        "ts": pa.array((data["ts"] * 1e6).astype("int64"), pa.timestamp("us", "UTC")),
+        "node": data["node"], "gpu_index": data["gpu_index"], "util": data["util"],
+        "job_id": data["job_id"], "cluster": np.full(len(data["ts"]), CLUSTER, dtype=object),
+    })  # fmt: skip
+
+
 def write_samples(wh: Warehouse, rng: np.random.Generator, jobs: pa.Table) -> int:
     """Every running job's GPU samples since it started, one append per hour of them."""
     per_gpu = []  # (job_id, node, index, start, busy util or 0)
@@ -171,30 +194,20 @@ def write_samples(wh: Warehouse, rng: np.random.Generator, jobs: pa.Table) -> in
         for g in range(gpus):
             node = job["nodes"][g // job["gpus_per_node"]]
             util = 0.0 if g in idle else mean
-            per_gpu.append((job["job_id"], node, g % job["gpus_per_node"], job["start_time"], util))
+            per_gpu.append(
+                (job["job_id"], node, g % job["gpus_per_node"], job["start_time"], NOW, util)
+            )
     first = NOW - timedelta(hours=MAX_AGE_H)
     total = 0
     for hour in range(int(MAX_AGE_H)):
         t0, t1 = first + timedelta(hours=hour), first + timedelta(hours=hour + 1)
-        columns: dict[str, list] = {k: [] for k in ("ts", "job_id", "node", "gpu_index", "util")}
-        for job_id, node, index, start, util in per_gpu:
-            ts = np.arange(max(t0, start).timestamp(), t1.timestamp(), SAMPLE_S)
-            ts = ts[ts > start.timestamp()]
-            columns["ts"].append(ts)
-            columns["job_id"].append(np.full(len(ts), job_id, dtype=object))
-            columns["node"].append(np.full(len(ts), node, dtype=object))
-            columns["gpu_index"].append(np.full(len(ts), index, dtype=np.int16))
-            noise = rng.normal(0, 0.05, len(ts)) if util else np.zeros(len(ts))
-            columns["util"].append(np.clip(util + noise, 0, 1).astype(np.float32))
-        data = {k: np.concatenate(v) for k, v in columns.items()}
-        n = len(data["ts"])
-        batch = pa.table({
-            "ts": pa.array((data["ts"] * 1e6).astype("int64"), pa.timestamp("us", "UTC")),
-            "node": data["node"], "gpu_index": data["gpu_index"], "util": data["util"],
-            "sm_active": data["util"] * 0.8, "mem_total_bytes": np.full(n, 80 * 2**30),
-            "power_w": (60 + 300 * data["util"]).astype(np.float32),
-            "job_id": data["job_id"], "cluster": np.full(n, CLUSTER, dtype=object),
-        })  # fmt: skip
+        batch = gpu_samples(rng, per_gpu, t0, t1, SAMPLE_S)
+        util = batch["util"].to_numpy()
+        batch = (
+            batch.append_column("sm_active", pa.array(util * 0.8))
+            .append_column("mem_total_bytes", pa.array(np.full(len(util), 80 * 2**30)))
+            .append_column("power_w", pa.array((60 + 300 * util).astype(np.float32)))
+        )
         total += wh.append("gpu_samples", batch)
     return total
 

@@ -30,7 +30,15 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_policy import BEHAVIOURS, CLUSTER, GPUS_PER_NODE, NOW, SEED, SETTINGS  # noqa: E402
+from bench.bench_policy import (  # noqa: E402
+    BEHAVIOURS,
+    CLUSTER,
+    GPUS_PER_NODE,
+    NOW,
+    SEED,
+    SETTINGS,
+    gpu_samples,
+)
 from policy.replay import replay, totals  # noqa: E402
 from policy.rules import load_rules  # noqa: E402
 from warehouse.store import Warehouse  # noqa: E402
@@ -114,25 +122,7 @@ def write_samples(wh: Warehouse, rng: np.random.Generator, days: int, gpus: list
     total = 0
     for day in range(days):
         t0, t1 = first + timedelta(days=day), first + timedelta(days=day + 1)
-        columns: dict[str, list] = {k: [] for k in ("ts", "job_id", "node", "gpu_index", "util")}
-        for job_id, node, index, start, end, util in gpus:
-            lo, hi = max(t0, start).timestamp(), min(t1, end).timestamp()
-            if lo >= hi:
-                continue
-            ts = np.arange(np.ceil(lo / SAMPLE_S) * SAMPLE_S, hi, SAMPLE_S)
-            columns["ts"].append(ts)
-            columns["job_id"].append(np.full(len(ts), job_id, dtype=object))
-            columns["node"].append(np.full(len(ts), node, dtype=object))
-            columns["gpu_index"].append(np.full(len(ts), index, dtype=np.int16))
-            noise = rng.normal(0, 0.05, len(ts)) if util else np.zeros(len(ts))
-            columns["util"].append(np.clip(util + noise, 0, 1).astype(np.float32))
-        data = {k: np.concatenate(v) for k, v in columns.items()}
-        n = len(data["ts"])
-        batch = pa.table({
-            "ts": pa.array((data["ts"] * 1e6).astype("int64"), pa.timestamp("us", "UTC")),
-            "node": data["node"], "gpu_index": data["gpu_index"], "util": data["util"],
-            "job_id": data["job_id"], "cluster": np.full(n, CLUSTER, dtype=object),
-        })  # fmt: skip
+        batch = gpu_samples(rng, gpus, t0, t1, SAMPLE_S)
         total += wh.append("gpu_samples", batch)
     return total
 

@@ -126,18 +126,7 @@ class Breaker:
         trip = Event(self.now, self.cluster, ACTION, TRIPPED, actor, False, detail=detail)
         message = Message(BREAKER, "", self.cluster, context={"why": self.why, **detail})
         told = [
-            Event(
-                self.now,
-                self.cluster,
-                MESSAGE,
-                BREAKER,
-                actor,
-                False,
-                channel=x.channel,
-                recipient=x.recipient,
-                ok=x.ok,
-                detail={"error": x.error} if x.error else {},
-            )
+            Event(self.now, self.cluster, MESSAGE, BREAKER, actor, False, **x.audit_fields())
             for x in postman.send(message)
         ]
         return [trip, *told]

@@ -281,18 +281,11 @@ class Engine:
             return [self._event(d, now, MESSAGE, kind, ok=False, detail=undelivered)]
         return [
             self._event(
-                d,
-                now,
-                MESSAGE,
-                kind,
-                deadline=d.deadline,
-                channel=x.channel,
-                recipient=x.recipient,
-                ok=x.ok,
-                detail={**told, "to_owner": x.to_owner} | ({"error": x.error} if x.error else {}),
+                d, now, MESSAGE, kind, deadline=d.deadline,
+                **x.audit_fields({**told, "to_owner": x.to_owner}),
             )
             for x in deliveries
-        ]
+        ]  # fmt: skip
 
     def _message(self, d: Decision, kind: str) -> Message:
         job = d.job

@@ -41,6 +41,16 @@ class Delivery:
     # users read) counts as the owner told, which a warning's deadline and a cancel need.
     to_owner: bool = True
 
+    def audit_fields(self, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+        """How the trail records this delivery: channel, recipient, outcome, any error."""
+        error = {"error": self.error} if self.error else {}
+        return {
+            "channel": self.channel,
+            "recipient": self.recipient,
+            "ok": self.ok,
+            "detail": {**(detail or {}), **error},
+        }
+
 
 class Postman(Protocol):
     def send(self, message: Message) -> list[Delivery]:

@@ -5,7 +5,6 @@ exporter and executor (sinfo) witnesses, round by round."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,10 +16,9 @@ from collector.convert import Hardware
 from collector.inventory import Inventory, load_inventory
 from executors.records import NodeRecord
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
-    REPO,
+    collector_once,
     exporter,
     file_sd_entry,
-    sing,
 )
 from warehouse.schema import TABLES
 from warehouse.store import Warehouse
@@ -29,10 +27,7 @@ H200_BYTES = 150_754_820_096
 
 
 def collect_once(config: Path, wh: Path) -> None:
-    result = subprocess.run(
-        sing("--config", str(config), "--warehouse", str(wh), "collector", "--once"),
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    result = collector_once(config, wh)
     assert result.returncode == 0, result.stderr
 
 

@@ -9,7 +9,6 @@ node answered. The pages are served over HTTP and scraped by the real collector.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ from collector.settings import CollectorSettings
 from collector.targets import Target
 from sing.config import Config
 from tests.http_stub import serving
-from tests.test_collector_scrape import REPO, file_sd_entry, sing, write_config
+from tests.test_collector_scrape import collector_once, file_sd_entry, write_config
 from warehouse import delta
 from warehouse.schema import TABLES
 from warehouse.store import Warehouse
@@ -120,13 +119,7 @@ def test_collector_once_exits_0_with_a_bad_page(tmp_path: Path, pages: str):
         groups.append(group)
     (tmp_path / "targets.json").write_text(json.dumps(groups))
     config = write_config(tmp_path / "sing.toml", tmp_path / "targets.json")
-    result = subprocess.run(
-        sing("--config", str(config), "--warehouse", str(tmp_path / "wh"), "collector", "--once"),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    result = collector_once(config, tmp_path / "wh")
     assert result.returncode == 0, result.stderr
     assert "3/3 targets up" in result.stdout
     assert "dropped values that fit no column" in result.stderr

@@ -109,6 +109,14 @@ def sing(*args: str) -> list[str]:
     return [sys.executable, "-m", "sing.cli", *args]
 
 
+def collector_once(config: Path, wh: Path) -> subprocess.CompletedProcess:
+    """One `sing collector --once` round of the site `config` into the warehouse `wh`."""
+    return subprocess.run(
+        sing("--config", str(config), "--warehouse", str(wh), "collector", "--once"),
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory) -> Iterator[dict[str, int]]:
     """One `sing exporter --fake` process serving nodes a and b; {node: port}."""
@@ -240,13 +248,7 @@ def test_one_round_records_bad_targets_and_keeps_the_good(
         scrape_timeout_s=1.5,
         max_payload_bytes=1_000_000,
     )
-    result = subprocess.run(
-        sing("--config", str(config), "--warehouse", str(tmp_path / "wh"), "collector", "--once"),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    result = collector_once(config, tmp_path / "wh")
     assert result.returncode == 0, result.stderr
     assert "2/8 targets up" in result.stdout
 
@@ -397,10 +399,7 @@ def test_collector_scrapes_an_exporter_over_tls_with_client_cert_and_basic_auth(
     errors = {}
     for name, config in runs.items():
         wh = config.parent / "wh"
-        result = subprocess.run(
-            sing("--config", str(config), "--warehouse", str(wh), "collector", "--once"),
-            capture_output=True, text=True, cwd=REPO, timeout=60,
-        )  # fmt: skip
+        result = collector_once(config, wh)
         assert ("1/1 targets up" if name == "good" else "0/1 targets up") in result.stdout, name
         con = Warehouse(wh).connect()
         ((url, errors[name]),) = con.execute("SELECT target, error FROM scrapes").fetchall()

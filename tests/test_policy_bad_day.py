@@ -187,20 +187,10 @@ def _play(day: BadDay, stack: contextlib.ExitStack) -> BadDay:
     # gpu-2's exporter goes: `wide` has half its GPUs' samples at most from now on.
     exporters[1].stop()
     services = [exporters[0], collector]
-    ids = sorted(loop.ids.values())
-    wait_for(
-        lambda: loop.sql(
-            "SELECT count(DISTINCT job_id) FROM jobs WHERE list_contains(?, job_id) "
-            "AND start_time IS NOT NULL AND end_time IS NULL",
-            [ids],
-        )[0][0] == len(ids),
-        "the collector's job sync to record the running jobs",
-        60,
-        services,
-    )  # fmt: skip
+    loop.wait_for_running(services)
 
     def rounds_until(check: Any, what: str, timeout: float) -> None:
-        wait_for(lambda: loop.round() or check(), what, timeout, services)
+        loop.rounds_until(check, what, timeout, services)
 
     # 1. SMTP down: the notice is recorded undelivered, and tried again next rounds.
     def undelivered() -> int:

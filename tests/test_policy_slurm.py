@@ -202,6 +202,24 @@ class Loop:
         warns = [e for e in self.trail(key, "message") if e["outcome"] == "warn" and e["ok"]]
         return warns[0]["deadline"] if warns else None
 
+    def wait_for_running(self, services: list) -> None:
+        """Until the collector's job sync has recorded every submitted job as running."""
+        ids = sorted(self.ids.values())
+        wait_for(
+            lambda: self.sql(
+                "SELECT count(DISTINCT job_id) FROM jobs WHERE list_contains(?, job_id) "
+                "AND start_time IS NOT NULL AND end_time IS NULL",
+                [ids],
+            )[0][0] == len(ids),
+            "the collector's job sync to record the running jobs",
+            60,
+            services,
+        )  # fmt: skip
+
+    def rounds_until(self, check: Any, what: str, timeout: float, services: list) -> None:
+        """Policy rounds, one after another, until `check()` holds."""
+        wait_for(lambda: self.round() or check(), what, timeout, services)
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -249,20 +267,10 @@ def _play(cluster: SlurmCluster, loop: Loop, stack: contextlib.ExitStack) -> Loo
     wait_for(lambda: up_scrapes(warehouse, started) >= 1, "both nodes scraped", 90, services)
 
     _submit(cluster, loop, services)
-    ids = sorted(loop.ids.values())
-    wait_for(
-        lambda: loop.sql(
-            "SELECT count(DISTINCT job_id) FROM jobs WHERE job_id IN (SELECT unnest(?)) "
-            "AND start_time IS NOT NULL AND end_time IS NULL",
-            [ids],
-        )[0][0] == len(ids),
-        "the collector's job sync to record the running jobs",
-        60,
-        services,
-    )  # fmt: skip
+    loop.wait_for_running(services)
 
     def rounds_until(check: Any, what: str, timeout: float) -> None:
-        wait_for(lambda: loop.round() or check(), what, timeout, services)
+        loop.rounds_until(check, what, timeout, services)
 
     # notify, then warn 15 s later: both idle jobs reach their deadline's countdown.
     rounds_until(lambda: loop.deadline("idle") and loop.deadline("recover"), "two warnings", 150)
