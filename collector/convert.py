@@ -2,8 +2,11 @@
 
 Three exporters are understood, so a site that already runs one needs no new agent:
 - sing's own (`sing exporter`, docs/exporter.md), already SI;
-- NVIDIA dcgm-exporter (percent, MiB, millijoules; the job in an `hpc_job` label);
-- node_exporter's InfiniBand collector (bytes already, `device`/`port` labels).
+- NVIDIA dcgm-exporter (percent, MiB, millijoules; the job in an `hpc_job` label), under the
+  names of every DCGM version (collector/dcgm_fields.py);
+- node_exporter's InfiniBand collector (bytes already, `device`/`port` labels), its 32-bit and
+  `legacy_*` 64-bit copies of a counter resolved by sing/infiniband.py's rule, as sing's
+  exporter resolves the sysfs files themselves.
 A node's samples become one `NodeReading`: per GPU index its columns, job and model, per RDMA port
 its counters (None where the exporter says a counter is unknown), and its health readings
 (collector/health.py). Everything else in a payload is ignored.
@@ -17,11 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.dcgm_fields import names as dcgm_names
 from collector.health import HEALTH_METRICS, HealthValues, add_health
 from collector.jobids import lowest_job
 from collector.promtext import ParseError, Sample
-
-MIB = 1024 * 1024
+from sing.infiniband import TRAFFIC, TrafficCounter, traffic_value
 
 # name -> (gpu_samples column, factor to SI). Columns starting with "_" are helpers.
 GPU_METRICS: dict[str, tuple[str, float]] = {
@@ -32,26 +35,21 @@ GPU_METRICS: dict[str, tuple[str, float]] = {
     "sing_gpu_power_watts": ("power_w", 1.0),
     "sing_gpu_energy_joules_total": ("energy_j", 1.0),
     "sing_gpu_temperature_celsius": ("temp_c", 1.0),
-    "DCGM_FI_DEV_GPU_UTIL": ("util", 0.01),  # percent
-    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
-    "DCGM_FI_DEV_FB_USED": ("mem_used_bytes", MIB),
-    "DCGM_FI_DEV_FB_FREE": ("_mem_free_bytes", MIB),
-    "DCGM_FI_DEV_FB_RESERVED": ("_mem_reserved_bytes", MIB),
-    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 1e-3),  # millijoules
-    "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
+    # dcgm-exporter's, under every name DCGM 3.x to 4.6 gives them (collector/dcgm_fields.py)
+    **{name: (f.target, f.factor) for name, f in dcgm_names("column").items()},
 }
 
-# name -> rdma_samples column (all counters, all already in bytes or packets).
+# name -> rdma_samples column, for sing's exporter (it applied the InfiniBand rule already).
 RDMA_METRICS: dict[str, str] = {
     "sing_rdma_transmit_bytes_total": "tx_bytes",
     "sing_rdma_receive_bytes_total": "rx_bytes",
     "sing_rdma_transmit_packets_total": "tx_packets",
     "sing_rdma_receive_packets_total": "rx_packets",
-    "node_infiniband_port_data_transmitted_bytes_total": "tx_bytes",
-    "node_infiniband_port_data_received_bytes_total": "rx_bytes",
-    "node_infiniband_port_packets_transmitted_total": "tx_packets",
-    "node_infiniband_port_packets_received_total": "rx_packets",
+}
+# node_exporter's name -> (counter, True for its counters_ext/ `legacy_*` copy).
+NODE_EXPORTER_RDMA: dict[str, tuple[TrafficCounter, bool]] = {
+    **{c.node_exporter: (c, False) for c in TRAFFIC},
+    **{c.node_exporter_legacy: (c, True) for c in TRAFFIC},
 }
 
 # An info series `{gpu, uuid, job_id, user} 1`: the job holding the GPU (docs/exporter.md).
@@ -66,16 +64,12 @@ GPU_INFO = "sing_gpu_info"
 # counter stuck at its maximum), so it exports this instead of the counter's series.
 RDMA_SATURATED = "sing_rdma_counter_saturated"
 # The `counter` label of RDMA_SATURATED (the sysfs file name) -> rdma_samples column.
-SATURATED_COUNTERS: dict[str, str] = {
-    "port_xmit_data": "tx_bytes",
-    "port_rcv_data": "rx_bytes",
-    "port_xmit_packets": "tx_packets",
-    "port_rcv_packets": "rx_packets",
-}
+SATURATED_COUNTERS: dict[str, str] = {c.counter: c.column for c in TRAFFIC}
 
 WANTED = (
     frozenset(GPU_METRICS)
     | frozenset(RDMA_METRICS)
+    | frozenset(NODE_EXPORTER_RDMA)
     | HEALTH_METRICS
     | {
         JOB_INFO,
@@ -138,13 +132,18 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
     raises ParseError (the payload is not what its metric names promise)."""
     reading = NodeReading()
     unknown: list[tuple[tuple[str, int], str]] = []
+    # (port, counter) -> [counters/ value, counters_ext/ value] from node_exporter
+    copies: dict[tuple[tuple[str, int], TrafficCounter], list[int | None]] = {}
     for s in samples:
         if s.name in GPU_METRICS:
             _add_gpu_value(reading, s)
         elif s.name in RDMA_METRICS:
-            key = (_label(s, "device"), _int_label(s, "port"))
             if math.isfinite(s.value):
-                reading.ports.setdefault(key, {})[RDMA_METRICS[s.name]] = int(s.value)
+                reading.ports.setdefault(_port(s), {})[RDMA_METRICS[s.name]] = int(s.value)
+        elif s.name in NODE_EXPORTER_RDMA:
+            counter, legacy = NODE_EXPORTER_RDMA[s.name]
+            if math.isfinite(s.value):
+                copies.setdefault((_port(s), counter), [None, None])[legacy] = int(s.value)
         elif s.name in HEALTH_METRICS:
             add_health(reading.health, s)
         elif s.name == JOB_MAPPING:
@@ -152,14 +151,13 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
         elif s.name == RDMA_SATURATED and s.value == 1:
             column = SATURATED_COUNTERS.get(_label(s, "counter"))
             if column:
-                unknown.append(((_label(s, "device"), _int_label(s, "port")), column))
+                unknown.append((_port(s), column))
         elif s.name == JOB_INFO and s.value == 1 and s.labels.get("job_id"):
-            index = _int_label(s, "gpu")
-            # A GPU shared by several jobs is stamped with the lowest id, compared as numbers.
-            job = s.labels["job_id"]
-            reading.jobs[index] = lowest_job({job, reading.jobs.get(index, job)})
+            _stamp_job(reading, _int_label(s, "gpu"), s.labels["job_id"])
         elif s.name == GPU_INFO and s.labels.get("name"):
             reading.models[_int_label(s, "gpu")] = s.labels["name"]
+    for (key, counter), (plain, extended) in copies.items():
+        reading.ports.setdefault(key, {})[counter.column] = traffic_value(counter, plain, extended)
     for key, column in unknown:  # unknown wins over any value of the same counter
         reading.ports.setdefault(key, {})[column] = None
     for row in reading.gpus.values():
@@ -175,8 +173,8 @@ def _add_gpu_value(reading: NodeReading, s: Sample) -> None:
     uuid = s.labels.get("uuid") or s.labels.get("UUID")
     if uuid:
         row["gpu_uuid"] = uuid
-    if s.labels.get("hpc_job"):
-        reading.jobs.setdefault(index, s.labels["hpc_job"])
+    if s.labels.get("hpc_job"):  # a shared GPU has one series per job
+        _stamp_job(reading, index, s.labels["hpc_job"])
     if s.labels.get("modelName"):  # dcgm-exporter
         reading.models.setdefault(index, s.labels["modelName"])
     column, factor = GPU_METRICS[s.name]
@@ -186,12 +184,22 @@ def _add_gpu_value(reading: NodeReading, s: Sample) -> None:
     row[column] = int(value) if column in INTEGER_COLUMNS or column.startswith("_") else value
 
 
+def _stamp_job(reading: NodeReading, index: int, job: str) -> None:
+    """A GPU shared by several jobs is stamped with the lowest id (compared as numbers), in
+    whatever order the exporter lists them."""
+    reading.jobs[index] = lowest_job({job, reading.jobs.get(index, job)})
+
+
 def _finish_memory(row: dict[str, Any]) -> None:
     """dcgm-exporter reports used and free (and reserved) MiB, not the card's size."""
     free = row.pop("_mem_free_bytes", None)
     reserved = row.pop("_mem_reserved_bytes", 0)
     if "mem_total_bytes" not in row and free is not None and "mem_used_bytes" in row:
         row["mem_total_bytes"] = row["mem_used_bytes"] + free + reserved
+
+
+def _port(s: Sample) -> tuple[str, int]:
+    return _label(s, "device"), _int_label(s, "port")
 
 
 def _int_label(s: Sample, name: str) -> int:

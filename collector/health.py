@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
+from collector.dcgm_fields import names as dcgm_names
 from collector.promtext import ParseError, Sample
 from sing.digits import ascii_digits
 
@@ -41,6 +42,12 @@ def _xid(s: Sample) -> str | None:
     return f"xid_{code}" if ascii_digits(code) else None
 
 
+def _windowed_xid(s: Sample) -> str | None:
+    """dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT: a GPU with no XID in the window has one series
+    without an `xid` label (value 0), which names no signal."""
+    return _xid(s) if "xid" in s.labels else None
+
+
 def _ecc(s: Sample) -> str | None:
     kind = _label(s, "type")
     counter = s.labels.get("counter", "volatile")  # sing exporters before aggregate: volatile
@@ -56,8 +63,8 @@ def _fixed(name: str) -> Signal:
     return lambda s: name
 
 
-# sing's exporter, then dcgm-exporter's fields (its XID field is the last XID, not a count: not
-# taken).
+# sing's exporter, then dcgm-exporter's fields (its DCGM_FI_DEV_XID_ERRORS is the last XID, not
+# a count: not taken; DCGM_EXP_XID_ERRORS_COUNT is).
 GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_xid_errors_total": _xid,
     "sing_gpu_ecc_errors_total": _ecc,
@@ -68,21 +75,9 @@ GPU_SIGNALS: dict[str, Signal] = {
     "sing_gpu_row_remap_failed": _fixed("row_remap_failed"),
     "sing_gpu_pcie_replays_total": _fixed("pcie_replays"),
     "sing_gpu_nvlink_errors_total": _one_of("type", NVLINK_ERRORS, "nvlink_{}_errors"),
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": _fixed("ecc_corrected_volatile"),
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": _fixed("ecc_uncorrected_volatile"),
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": _fixed("ecc_corrected_aggregate"),
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": _fixed("ecc_uncorrected_aggregate"),
-    "DCGM_FI_DEV_RETIRED_SBE": _fixed("retired_pages_sbe"),
-    "DCGM_FI_DEV_RETIRED_DBE": _fixed("retired_pages_dbe"),
-    "DCGM_FI_DEV_RETIRED_PENDING": _fixed("retired_pages_pending"),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": _fixed("row_remap_correctable"),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": _fixed("row_remap_uncorrectable"),
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": _fixed("row_remap_pending"),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": _fixed("row_remap_failed"),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": _fixed("pcie_replays"),
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": _fixed("nvlink_crc_errors"),
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": _fixed("nvlink_replay_errors"),
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": _fixed("nvlink_recovery_errors"),
+    # dcgm-exporter's, under every name DCGM 3.x to 4.6 gives them (collector/dcgm_fields.py)
+    **{name: _fixed(f.target) for name, f in dcgm_names("signal").items()},
+    **{name: _windowed_xid for name in dcgm_names("xid_count")},
 }
 # sing's exporter, then node_exporter's InfiniBand collector.
 RDMA_SIGNALS: dict[str, Signal] = {
@@ -99,7 +94,7 @@ RDMA_SIGNALS: dict[str, Signal] = {
 # Bitmasks: one GPU series, a flag signal per bit.
 GPU_BITMASKS: dict[str, dict[str, int]] = {
     "sing_gpu_clock_event_reasons": THROTTLE_BITS,
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": THROTTLE_BITS,
+    **{name: THROTTLE_BITS for name in dcgm_names("throttle_mask")},
 }
 HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(GPU_BITMASKS) | frozenset(RDMA_SIGNALS)
 

@@ -4,14 +4,14 @@ Reads /sys/class/infiniband/<device>/ports/<port>/: `counters/`, `counters_ext/`
 `rate`, `state`, `phys_state` and `link_layer`. A missing file or one reading "N/A" (or
 "N/A (no PMA)") is skipped: not every adapter has every counter.
 
-How wide the traffic counters are depends on the kernel and adapter (Linux
-drivers/infiniband/core/sysfs.c, get_counter_table; prometheus/procfs sysfs/class_infiniband.go):
-`counters/port_xmit_data` and friends are 64-bit when the adapter's performance agent has
-extended counters (IB_PMA_CLASS_CAP_EXT_WIDTH, as mlx5 has), else the 32-bit PortCounters;
-kernels before 4.5 put the 64-bit copies in `counters_ext/*_64` instead, preferred here. A 32-bit
-counter does not wrap: it stops at 2^32 - 1 (the IB spec's PortCounters; mlx4's
-ASSIGN_32BIT_COUNTER), after 16 GiB of data. Its traffic is then unknown, not zero, so the
-series is left out and `sing_rdma_counter_saturated` says so.
+Which copy of a traffic counter is read, and when a 32-bit one is unknown, is sing/infiniband.py's
+rule, shared with the collector's reading of node_exporter: an unknown counter's series is left
+out and `sing_rdma_counter_saturated` says so.
+
+`rate` reads e.g. "100 Gb/sec (4X EDR)" or "40 Gb/sec", and "0 GB/sec" has been seen on real
+ports (issue 28). The number is read as Gbit/s whatever the case of the unit, as
+prometheus/procfs reads it, so such a port exports a rate of 0 (no link, or the rate unknown)
+instead of counting a parse error every scrape.
 """
 
 from __future__ import annotations
@@ -23,36 +23,15 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporters.errors import ErrorCounter
+from sing.infiniband import TRAFFIC, traffic_value
 
-# port_xmit_data and port_rcv_data count 4-byte words (InfiniBand spec, PortCounters).
-DATA_WORD_BYTES = 4
-SATURATED_32BIT = 2**32 - 1
-
-# (counter file, counters_ext file, metric name, help, multiplier)
-TRAFFIC = (
-    (
-        "port_xmit_data",
-        "port_xmit_data_64",
-        "sing_rdma_transmit_bytes",
-        "Bytes sent.",
-        DATA_WORD_BYTES,
-    ),
-    (
-        "port_rcv_data",
-        "port_rcv_data_64",
-        "sing_rdma_receive_bytes",
-        "Bytes received.",
-        DATA_WORD_BYTES,
-    ),
-    ("port_xmit_packets", "port_xmit_packets_64", "sing_rdma_transmit_packets", "Packets sent.", 1),
-    (
-        "port_rcv_packets",
-        "port_rcv_packets_64",
-        "sing_rdma_receive_packets",
-        "Packets received.",
-        1,
-    ),
-)
+# rdma_samples column -> (metric name, help)
+TRAFFIC_METRICS = {
+    "tx_bytes": ("sing_rdma_transmit_bytes", "Bytes sent."),
+    "rx_bytes": ("sing_rdma_receive_bytes", "Bytes received."),
+    "tx_packets": ("sing_rdma_transmit_packets", "Packets sent."),
+    "rx_packets": ("sing_rdma_receive_packets", "Packets received."),
+}
 ERROR_COUNTERS = (
     "symbol_error",
     "port_rcv_errors",
@@ -68,7 +47,7 @@ ERROR_COUNTERS = (
     "link_downed",
 )
 NOT_COUNTERS = {"lifespan"}  # hw_counters/lifespan is a refresh setting, not a count
-_RATE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*G[bB]/sec\b")
 _STATE = re.compile(r"^\s*(\d+)\s*:")
 
 
@@ -132,9 +111,7 @@ class RdmaSource:
 
     def metrics(self) -> list[Metric]:
         labels = ["device", "port"]
-        traffic = [
-            CounterMetricFamily(name, help, labels=labels) for _, _, name, help, _ in TRAFFIC
-        ]
+        traffic = [CounterMetricFamily(*TRAFFIC_METRICS[c.column], labels=labels) for c in TRAFFIC]
         port_errors = CounterMetricFamily(
             "sing_rdma_port_errors",
             "Port error counters by counter name.",
@@ -167,15 +144,18 @@ class RdmaSource:
             key = [device, port]
             counters = self._counters(f"{path}/counters")
             extended = self._counters(f"{path}/counters_ext")
-            for family, (name, ext_name, _, _, scale) in zip(traffic, TRAFFIC, strict=True):
-                value = extended.get(ext_name, counters.get(name))
-                if value is None:
+            for family, counter in zip(traffic, TRAFFIC, strict=True):
+                plain, ext = counters.get(counter.counter), extended.get(counter.extended)
+                if plain is None and ext is None:
                     continue
-                # a 64-bit counter reads exactly 2^32 - 1 for one word in 2^32: not worth a doubt
-                stuck = ext_name not in extended and value == SATURATED_32BIT
-                saturated.add_metric([*key, name], float(stuck))
-                if not stuck:
-                    family.add_metric(key, value * scale)
+                value = traffic_value(
+                    counter,
+                    None if plain is None else plain * counter.scale,
+                    None if ext is None else ext * counter.scale,
+                )
+                saturated.add_metric([*key, counter.counter], float(value is None))
+                if value is not None:
+                    family.add_metric(key, value)
             for name in ERROR_COUNTERS:
                 if name in counters:
                     port_errors.add_metric([*key, name], counters[name])
