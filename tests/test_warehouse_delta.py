@@ -402,3 +402,31 @@ if __name__ == "__main__":
         run_writer(args[0], args[1], int(args[2]), int(args[3]))
     elif role == "compact":
         run_compact(args[0])
+
+
+@pytest.mark.parametrize("name, column", [("jobs", "sluid"), ("gpu_samples", "gpu_uuid")])
+def test_a_column_added_to_the_schema_reaches_a_table_created_without_it(
+    tmp_path: Path, name: str, column: str
+) -> None:
+    """A warehouse made by an older sing lacks the column; the first write adds it, so a merge
+    keeps it (delta-rs drops a source column its target lacks) and a Delta reader sees it."""
+    wh = Warehouse(tmp_path / "wh")
+    spec = table(name)
+    older = pa.schema([f for f in spec.schema if f.name != column])
+    delta.ensure_table(
+        wh.table_dir(name),
+        delta.table_schema(older, partitioned=spec.is_samples),
+        [delta.DAY] if spec.is_samples else [],
+    )
+    value = "s0G2J8K4P1XY05" if name == "jobs" else "GPU-1234"
+    row = {"cluster": "campus", "node": "n1", "gpu_index": 0, "ts": BASE, "job_id": "7"}
+    wh.append(
+        name,
+        pa.Table.from_pylist([row | {column: value}]).select(
+            [c for c in [*row, column] if c in spec.schema.names]
+        ),
+    )
+    (stored,) = wh.connect({name: None}).execute(f"SELECT {column} FROM {name}").fetchone()
+    assert stored == value
+    fields = {f.name for f in DeltaTable(str(wh.table_dir(name))).schema().fields}
+    assert column in fields

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
-from deltalake.exceptions import CommitFailedError
+from deltalake import CommitProperties, DeltaTable, Field, PostCommitHookProperties
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from sing.digits import ascii_digits
@@ -111,9 +111,11 @@ def open_table(path: Path, refresh: bool = True) -> DeltaTable | None:
 def ensure_table(
     path: Path, schema: pa.Schema, partition_by: list[str], refresh: bool = True
 ) -> DeltaTable:
-    """Open the table, creating it empty first if it does not exist."""
+    """Open the table, creating it empty first if it does not exist, with any column that
+    `schema` has and the table lacks added (see `add_new_columns`)."""
     dt = open_table(path, refresh)
     if dt is not None:
+        add_new_columns(dt, schema)
         return dt
     try:
         DeltaTable.create(
@@ -132,6 +134,29 @@ def ensure_table(
     assert dt is not None
     sync_log(dt)
     return dt
+
+
+def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
+    """Give the table the columns sing's schema gained since it was created. Adding a column
+    needs no upgrade step (warehouse/migrations.py), but a merge keeps only the columns of the
+    table's Delta schema, and a Delta reader (Spark, Trino) sees only those; so the first write
+    adds them, all nullable. Another writer adding them first is a conflict: refresh, recheck."""
+    for _ in range(MERGE_ATTEMPTS):
+        have = {field.name for field in dt.schema().fields}
+        new = [field for field in schema if field.name not in have]
+        if not new:
+            return
+        try:
+            dt.alter.add_columns(
+                [Field.from_arrow(field.with_nullable(True)) for field in new],
+                post_commithook_properties=NO_HOOKS,
+            )
+        except (CommitFailedError, DeltaError):
+            dt.update_incremental()
+            continue
+        sync_log(dt)
+        return
+    raise RuntimeError(f"{dt.table_uri}: could not add columns {[f.name for f in new]}")
 
 
 def table_schema(schema: pa.Schema, partitioned: bool) -> pa.Schema:
