@@ -54,6 +54,8 @@ class JobRecord:
     # The scheduler's base state where `state` says more (CANCELLED for a job still COMPLETING:
     # it holds its GPUs until its epilog ends); not a warehouse column.
     base_state: str | None = None
+    # Slurm 26.05+: the current run's SLUID; a requeued job keeps its id and gets a new one.
+    sluid: str | None = None
 
     @property
     def gpus_per_node(self) -> int | None:
@@ -125,6 +127,7 @@ def to_tables(records: list[JobRecord], recorded_at: datetime) -> tuple[pa.Table
             "dependencies": json.dumps(r.dependencies, sort_keys=True)
             if r.dependencies is not None
             else None,
+            "sluid": r.sluid,
             "recorded_at": recorded_at,
         }
         for r in records

@@ -34,6 +34,7 @@ import hostlist
 from executors.records import JobRecord, NodeRecord, exit_code_from, utc
 from sing.digits import ascii_digits
 from sing.errors import UserError
+from sing.sluid import normal_sluid
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,16 @@ class _Job:
         if state is None:
             raise UserError(f"{self.where}: field {path!r} should be a job state, got {value!r}")
         return state
+
+    def sluid(self, path: str) -> str | None:
+        """A SLUID field (Slurm 26.05+, data_parser v0.0.44+); None where absent or unset ("")."""
+        value = self.text(path, required=False)
+        if value is None:
+            return None
+        sluid = normal_sluid(value)
+        if sluid is None:
+            raise UserError(f"{self.where}: field {path!r} should be a SLUID, got {value!r}")
+        return sluid
 
     def nodes(self, path: str) -> tuple[str, ...]:
         value = self.text(path, required=False)
@@ -335,6 +346,8 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
                 time_limit_s=limit_min * 60 if limit_min is not None else None,
                 interactive=interactive,
                 dependencies=dependencies,
+                # The running run's SLUID sits in the job's step id (squeue has no top-level one).
+                sluid=job.sluid("step_id.sluid"),
             )
         )
     figures.warn()
@@ -416,6 +429,9 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
                 time_limit_s=limit_min * 60 if limit_min is not None else None,
                 interactive=interactive,
                 dependencies=dependencies,
+                # v0.0.45 `sluid` is this run's (slurmdbd's db_index); `original_sluid`, the first
+                # run's, is the same for every run of a requeued job, so it is not the run's id.
+                sluid=job.sluid("sluid"),
             )
         )
     figures.warn()

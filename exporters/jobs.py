@@ -1,8 +1,13 @@
 """Which Slurm job holds each GPU, from two independent sources that are cross-checked.
 
-1. Processes: NVML's compute processes on the GPU -> /proc/PID/cgroup (Slurm puts every job in
-   a cgroup path containing `job_<id>`, under cgroup v1 and v2 alike), else /proc/PID/environ's
-   SLURM_JOB_ID. The cgroup wins because a user cannot change it.
+1. Processes: NVML's compute processes on the GPU -> /proc/PID/cgroup, else /proc/PID/environ's
+   SLURM_JOB_ID. Slurm names the job's cgroup `job_<id>` (cgroup v1; v2 before 26.05 or with
+   `CgroupJobIdPaths=yes`) or, on 26.05+ cgroup v2 by default, by the run's SLUID
+   (`.../slurmstepd.scope/s0G2J8K4P1XY05/step_0/...`). A SLUID is turned into its job id by the
+   prolog's mapping file (`<mapping dir>.sluid/<SLUID>`, written by root), else by the process's
+   SLURM_JOB_ID when its SLURM_JOB_SLUID names the same run. Trust: a user cannot move its
+   process out of its job's cgroup, nor write the mapping, but it can set any environment; so
+   the cgroup wins, and the environment is only the fallback it always was.
 2. Allocations: a directory with one file per GPU index listing the job ids that hold it, written
    by the Slurm prolog and removed by the epilog (dcgm-exporter's --hpc-job-mapping-dir format).
    It also names GPUs that a job holds but runs nothing on.
@@ -23,8 +28,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporters.errors import ErrorCounter
 from exporters.gpu import GpuReading
+from sing.digits import ascii_digits
+from sing.sluid import SLUID_TEXT, normal_sluid
 
 _CGROUP_JOB = re.compile(r"/job_(\d+)(?:/|$)")
+# Only directly under slurmstepd's scope (`<node>_slurmstepd.scope` with multiple slurmd), so no
+# other 14-character directory name is taken for a run.
+_CGROUP_SLUID = re.compile(rf"slurmstepd\.scope/({SLUID_TEXT})(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,8 @@ class JobSource:
     def __init__(self, proc_root: str | Path, mapping_dir: str | Path, errors: ErrorCounter):
         self.proc = Path(proc_root)
         self.mapping_dir = Path(mapping_dir)
+        # SLUID -> job id files beside the dcgm-exporter format directory, which stays as it is.
+        self.sluid_dir = self.mapping_dir.with_name(self.mapping_dir.name + ".sluid")
         self.errors = errors
 
     def _read(self, path: Path) -> bytes | None:
@@ -59,15 +71,30 @@ class JobSource:
             for item in (self._read(base / "environ") or b"").split(b"\0")
             if b"=" in item
         )
-        job_id = None
-        if match := _CGROUP_JOB.search(
-            (self._read(base / "cgroup") or b"").decode(errors="replace")
-        ):
+        cgroup = (self._read(base / "cgroup") or b"").decode(errors="replace")
+        env_job = environ.get(b"SLURM_JOB_ID", b"").decode(errors="replace").strip() or None
+        if match := _CGROUP_JOB.search(cgroup):
             job_id = match.group(1)
-        elif b"SLURM_JOB_ID" in environ:
-            job_id = environ[b"SLURM_JOB_ID"].decode(errors="replace").strip()
+        elif match := _CGROUP_SLUID.search(cgroup):
+            job_id = self._sluid_job(match.group(1), environ, env_job)
+        else:
+            job_id = env_job
         user = environ.get(b"SLURM_JOB_USER", b"").decode(errors="replace")
-        return ProcessJob(job_id or None, user or self._owner(base))
+        return ProcessJob(job_id, user or self._owner(base))
+
+    def _sluid_job(
+        self, sluid: str, environ: dict[bytes, bytes], env_job: str | None
+    ) -> str | None:
+        """The job id of a SLUID-named cgroup: the prolog's file, else a matching environment."""
+        sluid = normal_sluid(sluid) or sluid
+        recorded = (self._read(self.sluid_dir / sluid) or b"").decode(errors="replace").strip()
+        if ascii_digits(recorded):
+            return recorded
+        env_sluid = normal_sluid(environ.get(b"SLURM_JOB_SLUID", b"").decode(errors="replace"))
+        if env_sluid == sluid:
+            return env_job
+        self.errors.count("jobs", "unknown_sluid")
+        return None
 
     def _owner(self, base: Path) -> str:
         status = (self._read(base / "status") or b"").decode(errors="replace")

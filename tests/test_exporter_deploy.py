@@ -22,8 +22,12 @@ from tests.debian import ensure_packages
 DEPLOY = Path(__file__).resolve().parents[1] / "exporters" / "deploy"
 
 
-def slurm(script: str, job: str, gpus: str, job_dir: Path, group: str = "") -> None:
+def slurm(
+    script: str, job: str, gpus: str, job_dir: Path, group: str = "", sluid: str = ""
+) -> None:
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": job, "SING_GPU_JOB_DIR": str(job_dir)}
+    if sluid:
+        env["SLURM_JOB_SLUID"] = sluid
     if group:
         env["SING_EXPORTER_GROUP"] = group
     if gpus:

@@ -84,6 +84,9 @@ TABLES: dict[str, Table] = {
                 ("interactive", pa.bool_()),
                 # Declared software of the job profile as a JSON object, e.g. {"torch": "2.3"}.
                 ("dependencies", pa.string()),
+                # Slurm 26.05+: the SLUID of the job's current run (new on every requeue), e.g.
+                # "s0G2J8K4P1XY05"; NULL before 26.05 and for other executors.
+                ("sluid", pa.string()),
                 ("recorded_at", UTC_TS),
             ),
             key=("cluster", "job_id"),

@@ -7,6 +7,9 @@
 # The exporter runs unprivileged: where its group (SING_EXPORTER_GROUP, default sing-exporter)
 # exists, the files are readable by that group only (directory 0750, files 0640); else by
 # everyone (0755/0644), as `squeue` shows job ids to everyone. Only root writes them.
+# Slurm 26.05+ sets SLURM_JOB_SLUID (new on every requeue) and by default names the job's
+# cgroup v2 directory by it: the file $DIR.sluid/<SLUID> holds the job id, so the exporter can
+# name the job of such a process (the GPU files keep dcgm-exporter's one-job-id-per-line form).
 # A failing prolog drains the node, so this script never fails: it always exits 0.
 DIR="${SING_GPU_JOB_DIR:-/run/sing/gpu-jobs}"
 GROUP="${SING_EXPORTER_GROUP:-sing-exporter}"
@@ -14,10 +17,11 @@ GPUS="${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-${CUDA_VISIBLE_DEVICES:-}}}"
 [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$GPUS" ] || exit 0
 mkdir -p "$DIR" 2>/dev/null || exit 0
 if getent group "$GROUP" >/dev/null 2>&1 && chgrp "$GROUP" "$DIR" 2>/dev/null; then
-    chmod 0750 "$DIR"; MODE=0640
+    DMODE=0750; MODE=0640
 else
-    GROUP=""; chmod 0755 "$DIR"; MODE=0644
+    GROUP=""; DMODE=0755; MODE=0644
 fi
+chmod "$DMODE" "$DIR"
 exec 9>"$DIR/.lock"
 command -v flock >/dev/null && flock -w 10 9
 for gpu in $(echo "$GPUS" | tr ',' ' '); do
@@ -28,4 +32,14 @@ for gpu in $(echo "$GPUS" | tr ',' ' '); do
     [ -z "$GROUP" ] || chgrp "$GROUP" "$tmp"
     mv -f "$tmp" "$DIR/$gpu"
 done
+case "${SLURM_JOB_SLUID:-}" in
+    [sS]?????????????) case "$SLURM_JOB_SLUID" in *[!0-9A-Za-z]*) exit 0 ;; esac ;;
+    *) exit 0 ;;  # unset (before 26.05) or not a SLUID: never a path outside the directory
+esac
+mkdir -p "$DIR.sluid" && chmod "$DMODE" "$DIR.sluid" || exit 0
+[ -z "$GROUP" ] || chgrp "$GROUP" "$DIR.sluid"
+tmp="$DIR.sluid/.$SLURM_JOB_SLUID.$$"
+echo "$SLURM_JOB_ID" >"$tmp" && chmod "$MODE" "$tmp"
+[ -z "$GROUP" ] || chgrp "$GROUP" "$tmp"
+mv -f "$tmp" "$DIR.sluid/$SLURM_JOB_SLUID"
 exit 0
