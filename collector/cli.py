@@ -77,6 +77,7 @@ def _addresses(settings: CollectorSettings, config: Config) -> Callable[[], list
 def run(args: argparse.Namespace, config: Config) -> int:
     settings = settings_from(args, config)
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
+    warehouse.require_writable()  # the first round creates a new site's warehouse
     collector = Collector(
         config,
         settings,

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from collector.selfmetrics import SelfMetrics
 from sing.errors import UserError
+from warehouse.files import uninterrupted
 from warehouse.schema import TABLES
 from warehouse.store import Warehouse
 
@@ -45,13 +46,14 @@ class BufferedWriter:
         with self._lock:
             self._pending.extend(batches.items())
             self._drop_overflow()
-            self._flush()
+            with uninterrupted():  # Ctrl-C comes after the round's tables, never between two
+                self._flush()
             self.metrics.rows_buffered.set(self.buffered_rows)
 
     def write_each(self, batches: dict[str, pa.Table]) -> set[str]:
         """Write each batch now, nothing buffered; returns the tables that could not be written
         (an OS error) so that the caller reads them again."""
-        with self._lock:
+        with self._lock, uninterrupted():
             failed = {name for name, batch in batches.items() if not self._append(name, batch)}
             self._failing = bool(failed)
             return failed

@@ -13,9 +13,11 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sing.config import CONFIG_HELP, Config, ConfigError
-from sing.errors import UserError
+from sing.errors import UsageError, UserError
 
 # Each subcommand and the module that registers it, in the order `sing --help` lists them.
 # Only the module of the command being run is imported, so `sing exporter` on a GPU node does
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = Config.load(args.config)
-        code = int(args.func(args, config) or 0)
+        with _missing_warehouse_is_an_error():
+            code = int(args.func(args, config) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:
@@ -101,7 +104,46 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except UserError as err:
         print(f"sing: {err}", file=sys.stderr)
+        return 2 if isinstance(err, UsageError) else 1
+    except KeyboardInterrupt:
+        # Every warehouse write commits whole or not at all (docs/warehouse.md), so what the
+        # interrupt cut short left no trace, and running the command again finishes it.
+        print(
+            "sing: interrupted; what was not finished was not written (run it again)",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
+    except PermissionError as err:
+        print(
+            f"sing: {_os_error(err)}; ask for access, or give another --warehouse", file=sys.stderr
+        )
         return 1
+    except (FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+        print(f"sing: {_os_error(err)}; check the path", file=sys.stderr)
+        return 1
+
+
+def _os_error(err: OSError) -> str:
+    """`permission denied: PATH`, the words a person reads, without Python's errno repr."""
+    where = f": {err.filename}" if err.filename else ""
+    return f"{(err.strerror or str(err)).lower()}{where}"
+
+
+@contextmanager
+def _missing_warehouse_is_an_error() -> Iterator[None]:
+    """A read command on a warehouse that does not exist is an error, not an empty answer;
+    the first write creates it. Only a command whose module loaded the warehouse needs the
+    switch (importing it here would load DuckDB for `sing exporter` too), and it is undone
+    after the command, for callers of `main` in a longer-lived process (tests)."""
+    store = sys.modules.get("warehouse.store")
+    if store is None:
+        yield
+        return
+    store.Warehouse.opening_creates = False
+    try:
+        yield
+    finally:
+        store.Warehouse.opening_creates = True
 
 
 def _reader_gone() -> int:

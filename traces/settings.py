@@ -161,10 +161,9 @@ def load_key(key_file: str | Path | None) -> bytes:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(KEY_BYTES) + "\n")
-    text = path.read_text().strip()
     try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        key = bytes.fromhex(path.read_text().strip())
+    except ValueError:  # UnicodeDecodeError too: a binary file
         raise UserError(f"{path}: key file must hold one hex string") from None
     if len(key) < 16:
         raise UserError(f"{path}: key is {len(key)} bytes; need at least 16 (32 recommended)")

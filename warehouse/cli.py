@@ -88,6 +88,7 @@ def run_read_only(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[tupl
 
 def cmd_compact(args: argparse.Namespace, config: Config) -> int:
     wh = open_warehouse(args, config)
+    wh.require_existing()  # compacting a mistyped path would create an empty warehouse there
     result = wh.compact()
     print(
         f"merged {result.merged_files} files, rolled up {result.rollup_days} days, "

@@ -9,7 +9,10 @@ maintenance.
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,3 +61,17 @@ def remove_stale_temporaries(directory: Path, suffix: str, older_than_s: float) 
             p.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off Ctrl-C (SIGINT, and SIGTERM) while a few steps that belong together run, so an
+    interrupt comes after all of them, never between two (a commit and its record). Signals
+    reach Python in the main thread only, so this holds there; in another thread it is a no-op
+    for the interrupt and the steps just run."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

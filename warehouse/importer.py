@@ -13,7 +13,10 @@ what to do, never written unattributed without a record saying no job held the G
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -22,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from warehouse.analytics import numeric_job_order
+from warehouse.files import uninterrupted
 from warehouse.schema import table
 from warehouse.store import Warehouse, conform
 
@@ -35,6 +39,10 @@ _DUCKDB_TYPES = {
     pa.float64(): "DOUBLE",
     pa.bool_(): "BOOLEAN",
 }
+
+
+# Under the warehouse root: one record per imported file content and table, by sha256.
+IMPORTS_DIR = ".imports"
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,36 @@ def import_file(wh: Warehouse, table_name: str, path: Path) -> Imported:
         batch = conform(spec, data)
         attributed = 0
         if table_name in _COUNTERS:
+            wh.require_writable()  # its completion reads the warehouse, so it must be there
             batch, attributed = _complete_samples(wh, table_name, batch, set(data.column_names))
     except UserError as err:
         raise UserError(f"{path}: {err}") from err
-    return Imported(wh.append(table_name, batch), attributed)
+    record = _import_record(wh, table_name, path)
+    with uninterrupted():  # the rows and the record that they are in, or neither
+        rows = wh.append(table_name, batch)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(
+            json.dumps({"file": str(path), "rows": rows, "at": datetime.now(UTC).isoformat()})
+        )
+    return Imported(rows, attributed)
+
+
+def _import_record(wh: Warehouse, table_name: str, path: Path) -> Path:
+    """Where the import of this file's content into this table is recorded, refusing a second
+    import of it: appended again, every sample would count twice."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    record = wh.root / IMPORTS_DIR / table_name / f"{digest.hexdigest()}.json"
+    if record.exists():
+        earlier = json.loads(record.read_text())
+        raise UserError(
+            f"{path}: this content was already imported into {table_name} on {earlier['at'][:19]} "
+            f"({earlier['rows']} rows, from {earlier['file']}); nothing written "
+            f"(remove {record} to import it again)"
+        )
+    return record
 
 
 # Per sample table: the columns naming one counter series, and (counter, its delta) pairs.

@@ -4,7 +4,8 @@
 and `CURRENT_VERSION`, in order, each under the maintenance lock, and records the new version
 only after the step finished, so an interrupted upgrade is simply run again.
 
-Adding a column needs no step (readers union files by name and fill NULLs); renaming or
+Adding a column needs no step (the first write adds it to the table's Delta schema,
+`delta.add_new_columns`; older rows read as NULL); renaming or
 re-typing one, or changing the layout, does.
 """
 
@@ -49,6 +50,20 @@ def write_version(wh: Warehouse, version: int) -> None:
     tmp = wh.root / f".{META}.tmp"
     tmp.write_text(json.dumps({"schema_version": version}) + "\n")
     os.replace(tmp, wh.root / META)
+
+
+def check_readable(wh: Warehouse) -> None:
+    """A warehouse this process may not write must already be at a version it reads."""
+    version = read_version(wh)
+    if version is not None and version != CURRENT_VERSION:
+        raise UserError(
+            f"warehouse {wh.root} has schema version {version} and this sing reads version "
+            f"{CURRENT_VERSION}; it is read-only here, so run any sing command once where it "
+            "is writable to upgrade it"
+            if version < CURRENT_VERSION
+            else f"warehouse {wh.root} has schema version {version}, newer than this sing "
+            f"({CURRENT_VERSION}); upgrade sing"
+        )
 
 
 def upgrade(wh: Warehouse) -> None:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import duckdb
 import numpy as np
@@ -45,11 +47,64 @@ MICROS_PER_DAY = 86_400_000_000
 class Warehouse:
     """A warehouse directory: append batches, open read-only snapshots, compact, age out."""
 
+    # Library callers (tests, notebooks) get a missing directory created on opening. The `sing`
+    # command turns this off: there the first write creates it, and a read command on a
+    # mistyped path says so instead of answering nothing from a new empty warehouse.
+    opening_creates: ClassVar[bool] = True
+
     def __init__(self, root: str | Path) -> None:
+        """Open `root` without writing to it unless it is writable here.
+
+        A missing directory is created (see `opening_creates`). A read-only one (a read-only
+        mount, a user allowed to read only) is opened without the maintenance lock, repair or
+        upgrade: those are for whoever may write."""
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(
+                f"warehouse {self.root} is a file, not a directory; "
+                "give --warehouse (or SING_WAREHOUSE) a directory"
+            )
+        self._prepared = False
+        if not self.root.exists() and not self.opening_creates:
+            return
+        if self._read_only():
+            migrations.check_readable(self)
+        else:
+            self._prepare_writing()
+
+    def _read_only(self) -> bool:
+        """True on a read-only mount (EROFS) or a directory this user may not write."""
+        return self.root.exists() and not os.access(self.root, os.W_OK | os.X_OK)
+
+    def require_writable(self) -> None:
+        """Writers call this before long work, to fail (or create the warehouse) first."""
+        self._prepare_writing()
+
+    def _prepare_writing(self) -> None:
+        """Create the directory, repair torn log tails and upgrade the schema: once, before
+        the first write (or at opening, where the directory exists and is writable)."""
+        if self._prepared:
+            return
+        if self._read_only():
+            raise UserError(
+                f"warehouse {self.root} is read-only here and this command writes to it; "
+                "run it as a user who may write there, or on the host that owns it"
+            )
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create warehouse {self.root}: {err.strerror}") from err
+        self._prepared = True  # repair and upgrade take this warehouse's locks
         self._repair()
         migrations.upgrade(self)
+
+    def require_existing(self) -> None:
+        """Readers call this: answering from a directory that is not there would be silence."""
+        if not self.root.is_dir():
+            raise UserError(
+                f"no warehouse at {self.root} (create one with `sing demo-data`, "
+                "`sing collector run` or `sing warehouse import`, or give --warehouse)"
+            )
 
     def _repair(self) -> None:
         """Cut off torn log tails a power loss left (`delta.repair_tail`), once per opening,
@@ -80,6 +135,7 @@ class Warehouse:
         batch = conform(spec, data)
         if batch.num_rows == 0:
             return 0
+        self._prepare_writing()
         schema = delta.table_schema(spec.schema, partitioned=spec.is_samples)
         partition_by = [delta.DAY] if spec.is_samples else []
         # A samples append only adds files, so it needs no fresh snapshot; a merge refreshes
@@ -121,6 +177,7 @@ class Warehouse:
         from one table which days of another it needs keeps one connection. `rollups` names
         the rollup views wanted (default: all of the chosen tables'): each costs a listing.
         Returns the live files each table's view reads."""
+        self.require_existing()
         chosen = dict(days_from)
         snapshot = {
             name: [f for f in self.live_files(name) if _on_or_after(f.day, first)]
@@ -138,6 +195,7 @@ class Warehouse:
     ) -> None:
         """Add only the named rollups' views, from day `first` on, not their source tables':
         a view over a year of raw files reads every file's footer when it is created."""
+        self.require_existing()
         raw: dict[str, list[LiveFile]] = {}
         for name in names:
             rollup = ROLLUPS[name]
@@ -210,6 +268,7 @@ class Warehouse:
     def table_lock(self, name: str) -> Iterator[None]:
         """Held by whoever replaces or removes a table's files (merges, compaction, retention),
         so each decides on the newest version; plain appends only add files and need none."""
+        self._prepare_writing()
         locks = self.root / ".locks"
         locks.mkdir(exist_ok=True)
         with open(locks / f"{name}.lock", "w") as fh:
@@ -237,6 +296,7 @@ class Warehouse:
 
     def checkpoint_due(self) -> list[str]:
         """Checkpoint the logs that grew long since the last one (see `maintenance`)."""
+        self._prepare_writing()
         return maintenance.checkpoint_due(self)
 
     def compact(
@@ -247,11 +307,13 @@ class Warehouse:
         Safe at any time beside writers and readers (the collector runs it periodically).
         `settle_s` is accepted for older callers and ignored: only committed files are merged.
         """
+        self._prepare_writing()
         return maintenance.compact(self, now or datetime.now(UTC))
 
     def apply_retention(self, raw_days: int, now: datetime | None = None) -> list[Path]:
         """Remove raw sample days older than `raw_days` whose rollups are stored; returns their
         day directories. Days without current rollups are kept, so no summary is ever lost."""
+        self._prepare_writing()
         horizon = ((now or datetime.now(UTC)) - timedelta(days=raw_days)).date()
         return maintenance.apply_retention(self, horizon)
 

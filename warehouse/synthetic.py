@@ -22,10 +22,13 @@ time shifts it, nothing else).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +37,7 @@ from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload
 from sing.errors import UserError
+from warehouse.files import fsync_path, uninterrupted
 from warehouse.store import Warehouse
 
 SAMPLE_S = 15
@@ -289,6 +293,35 @@ def generate(
         if on_progress:
             on_progress(day_end)
     wh.compact(now=end, settle_s=0)
+    return counts
+
+
+def generate_whole(root: Path, **options) -> dict[str, int]:
+    """`generate` into a new warehouse at `root`, all or nothing.
+
+    The history is written into a hidden staging warehouse inside `root`, whose tables are
+    moved into place only when it is complete, with Ctrl-C held off for the moves: an
+    interrupted run leaves `root` as it was. A warehouse that has data is refused, since a
+    second history would count every GPU hour twice."""
+    wh = Warehouse(root)
+    tables = [p for p in root.iterdir() if (p / "_delta_log").is_dir()] if root.is_dir() else []
+    present = sorted(p.name for p in tables)
+    if present:
+        raise UserError(
+            f"warehouse {root} already has data ({', '.join(present)}); demo data would count "
+            "twice: give another --warehouse, or remove that directory first"
+        )
+    wh.require_writable()
+    stage = root / f".demo-data-{uuid.uuid4().hex}"
+    try:
+        counts = generate(Warehouse(stage), **options)
+        with uninterrupted():
+            for table_dir in sorted(stage.iterdir()):
+                if (table_dir / "_delta_log").is_dir():
+                    os.replace(table_dir, root / table_dir.name)
+            fsync_path(root)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return counts
 
 
