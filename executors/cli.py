@@ -11,17 +11,20 @@ from executors.profile import JobProfile, load_profile
 from executors.records import COMPLETED
 from executors.sync import sync
 from sing.config import Config
-from sing.tables import Column, hours, render
+from sing.errors import UserError
+from sing.tables import Column, hours, print_json, render
+from warehouse.reports_cli import iso_time
 from warehouse.store import Warehouse
 
 LIST_SQL = """
-SELECT job_id, "user", partition, name, state, exit_code, num_gpus,
+SELECT job_id, "user", partition, name, state, exit_code, num_nodes, num_gpus,
        nodes, submit_time,
        date_diff('second', start_time, coalesce(end_time, now())) AS run_s
 FROM jobs
-WHERE cluster = ? AND (? = 'all' OR state = ?)
+WHERE cluster = $cluster AND ($state IS NULL OR state = $state)
+  AND ($user IS NULL OR "user" = $user) AND ($since IS NULL OR submit_time >= $since)
 ORDER BY submit_time DESC NULLS LAST, try_cast(job_id AS BIGINT) DESC NULLS LAST, job_id DESC
-LIMIT ?
+LIMIT $limit
 """
 LIST_COLUMNS = (
     Column("job_id", "job"),
@@ -30,8 +33,9 @@ LIST_COLUMNS = (
     Column("name", "name", missing="-", width=24),
     Column("state", "state"),
     Column("exit_code", "exit", missing="-"),
+    Column("num_nodes", "nodes", missing="-"),  # a count, as in every report
     Column("num_gpus", "GPUs", missing="-"),
-    Column("nodes", "nodes", missing="-", width=32),
+    Column("nodes", "node list", missing="-", width=32),
     Column("submit_time", "submitted (UTC)", missing="-"),
     hours("run_s", "run", missing="-"),
 )
@@ -55,7 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sync_p.set_defaults(func=cmd_sync)
     list_p = sub.add_parser("list", help="jobs in the warehouse, newest first")
     list_p.add_argument("--state", default="all", help="only this state, e.g. RUNNING, FAILED")
+    list_p.add_argument("--user", help="only this user's jobs")
+    list_p.add_argument("--since", type=iso_time, help="only jobs submitted from (ISO 8601, UTC)")
     list_p.add_argument("--limit", type=int, default=50)
+    list_p.add_argument("--json", action="store_true", help="machine-readable output")
     list_p.set_defaults(func=cmd_list)
     cancel = sub.add_parser("cancel", help="cancel a job")
     cancel.add_argument("job_id")
@@ -95,6 +102,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_sync(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
+    wh.require_writable()  # the first sync creates a new site's warehouse
     result = sync(make_executor(config, args.executor), wh, executor_settings(config))
     print(
         f"synced {result.finished} finished and {result.running} running jobs "
@@ -104,12 +112,29 @@ def cmd_sync(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_list(args: argparse.Namespace, config: Config) -> int:
-    con = Warehouse(config.warehouse_dir(args.warehouse)).connect()
-    state = args.state.upper()
-    cursor = con.execute(LIST_SQL, [config.site.cluster, state.lower() if state == "ALL" else state,
-                                    state, args.limit])  # fmt: skip
+    if args.limit < 1:
+        raise UserError(f"--limit {args.limit}: give how many jobs to list, 1 or more")
+    con = Warehouse(config.warehouse_dir(args.warehouse)).connect({"jobs": None})
+    state = None if args.state.upper() == "ALL" else args.state.upper()
+    cluster = config.site.cluster
+    params = {"cluster": cluster, "state": state, "user": args.user, "since": args.since}
+    cursor = con.execute(LIST_SQL, params | {"limit": args.limit})
     names = [d[0] for d in cursor.description]
-    print(render([dict(zip(names, row, strict=True)) for row in cursor.fetchall()], LIST_COLUMNS))
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    if args.json:
+        print_json(rows)
+    elif rows:
+        print(render(rows, LIST_COLUMNS))
+    else:
+        which = [f"state {state}"] if state else []
+        which += [f"user {args.user}"] if args.user else []
+        which += [f"submitted since {args.since:%Y-%m-%d %H:%M} UTC"] if args.since else []
+        held = con.execute("SELECT count(*) FROM jobs WHERE cluster = ?", [cluster]).fetchone()[0]
+        print(
+            f"no jobs of cluster {cluster}"
+            + (f" with {', '.join(which)}" if which else "")
+            + f" in the warehouse (it holds {held:,} of that cluster's)"
+        )
     return 0
 
 

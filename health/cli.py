@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from datetime import UTC, datetime
 
 from health.incidents import (
     CLASSES,
+    check_known_node,
     close_incident,
     list_incidents,
     note_incident,
@@ -17,7 +16,7 @@ from health.incidents import (
 )
 from policy.cli import parse_since
 from sing.config import Config
-from sing.tables import Column, render
+from sing.tables import Column, print_json, render
 from warehouse.store import Warehouse
 
 
@@ -46,8 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_open(args: argparse.Namespace, config: Config) -> int:
+    warehouse = _warehouse(args, config)
+    warehouse.require_writable()  # an admin may log the first incident before any round
+    check_known_node(warehouse, config.site.cluster, args.node)
     incident_id = open_incident(
-        _warehouse(args, config),
+        warehouse,
         cluster=config.site.cluster,
         node=args.node,
         klass=args.klass,
@@ -63,8 +65,7 @@ def cmd_list(args: argparse.Namespace, config: Config) -> int:
     since = parse_since(args.since, datetime.now(UTC)) if args.since else None
     rows = list_incidents(_warehouse(args, config), open_only=args.open, since=since)
     if args.json:
-        json.dump(rows, sys.stdout, default=str)
-        print()
+        print_json(rows)
     elif not rows:
         print("no incidents" + (" open" if args.open else ""))
     else:

@@ -8,6 +8,7 @@ failed there while it was open are linked by `jobs_in_incidents`.
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import json
 import secrets
@@ -35,6 +36,16 @@ ENDED_DURING_SQL = (
     "{j}.end_time >= {i}.opened_at AND {j}.end_time <= coalesce({i}.closed_at, least({now}, "
     "{i}.opened_at + INTERVAL " + str(LINK_HOURS) + " HOUR))"
 )
+# SQL: whether job `j` may have used GPU `{device}` of `{node}`: any job when the incident is
+# on the whole node (or a port), and a job whose GPUs there are not recorded (`job_gpus`): an
+# unknown mapping does not clear a job. Otherwise only the jobs that held that GPU.
+ON_DEVICE_SQL = """(
+    try_cast({device} AS SMALLINT) IS NULL
+    OR NOT EXISTS (SELECT 1 FROM job_gpus g WHERE g.cluster = {j}.cluster
+                   AND g.job_id = {j}.job_id AND g.node = {node})
+    OR EXISTS (SELECT 1 FROM job_gpus g WHERE g.cluster = {j}.cluster AND g.job_id = {j}.job_id
+               AND g.node = {node} AND g.gpu_index = try_cast({device} AS SMALLINT))
+)"""
 
 # A job failed "in" an incident when it ended on the incident's node while the incident was open.
 LINKED_JOBS_SQL = f"""
@@ -43,8 +54,9 @@ SELECT i.incident_id, i.cluster, i.node, i.class, j.job_id, j."user", j.account,
 FROM incidents i
 JOIN jobs j ON j.cluster = i.cluster AND list_contains(j.nodes, i.node)
 WHERE j.state IN ('FAILED', 'NODE_FAIL')
+  AND {{on_device}}
   AND {ENDED_DURING_SQL.format(j="j", i="i", now="j.end_time")}
-"""
+""".format(on_device=ON_DEVICE_SQL.format(j="j", node="i.node", device="i.device"))
 
 
 def user_actor() -> str:
@@ -72,10 +84,10 @@ def open_incident(
     if not node.strip():
         raise UserError("an incident needs the node it happened on")
     now = now or datetime.now(UTC)
-    con = warehouse.connect({"incidents": None, "jobs": None})
+    con = warehouse.connect({"incidents": None, "jobs": None, "job_gpus": None})
     try:
         incident_id = _new_id(con)
-        jobs = running_jobs(con, cluster, node, now)
+        jobs = running_jobs(con, cluster, node, now, device)
     finally:
         con.close()
     record = {
@@ -141,7 +153,9 @@ def list_incidents(
 ) -> list[dict[str, Any]]:
     """Incidents, newest first, each with `failed_jobs` (the jobs linked to it) and `notes`
     (how many). `since`: those open at any time from then on."""
-    con = warehouse.connect({"incidents": None, "incident_notes": None, "jobs": None})
+    con = warehouse.connect(
+        {"incidents": None, "incident_notes": None, "jobs": None, "job_gpus": None}
+    )
     try:
         jobs_in_incidents(con)
         return dicts(
@@ -178,18 +192,47 @@ def dicts(con: duckdb.DuckDBPyConnection, sql: str, params: Any) -> list[dict[st
     return con.sql(sql, params=params).to_arrow_table().to_pylist()
 
 
-def running_jobs(con: duckdb.DuckDBPyConnection, cluster: str, node: str, at: datetime) -> list:
-    """Ids of the jobs running on `node` at `at`, from the `jobs` records."""
+def running_jobs(
+    con: duckdb.DuckDBPyConnection, cluster: str, node: str, at: datetime, device: str | None = None
+) -> list:
+    """Ids of the jobs running on `node` at `at`, from the `jobs` records; with a GPU index
+    as `device`, only those that held that GPU (or whose GPUs there are not recorded)."""
+    on_device = ON_DEVICE_SQL.format(j="jobs", node="$node", device="$device")
     rows = con.execute(
-        """
+        f"""
         SELECT job_id FROM jobs
-        WHERE cluster = ? AND list_contains(nodes, ?) AND start_time <= ?
-          AND (end_time IS NULL OR end_time > ?)
+        WHERE cluster = $cluster AND list_contains(nodes, $node) AND start_time <= $at
+          AND (end_time IS NULL OR end_time > $at) AND {on_device}
         ORDER BY start_time, job_id
         """,
-        [cluster, node, at, at],
+        {"cluster": cluster, "node": node, "at": at, "device": device},
     ).fetchall()
     return [job_id for (job_id,) in rows]
+
+
+def check_known_node(warehouse: Warehouse, cluster: str, node: str) -> None:
+    """Refuse a node the warehouse has never seen (inventory, jobs, scrapes) for `cluster`: a
+    typo would open an incident no report ever matches. A warehouse that knows no node at all
+    (nothing collected yet) has nothing to check against."""
+    con = warehouse.connect({"nodes": None, "jobs": None})
+    try:
+        known = {
+            name
+            for (name,) in con.execute(
+                "SELECT node FROM nodes WHERE cluster = $c UNION "
+                "SELECT unnest(nodes) FROM jobs WHERE cluster = $c",
+                {"c": cluster},
+            ).fetchall()
+            if name
+        }
+    finally:
+        con.close()
+    if known and node not in known:
+        like = difflib.get_close_matches(node, sorted(known), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(like)}?" if like else ""
+        raise UserError(
+            f"node {node!r} is not in the inventory or job records of cluster {cluster}{hint}"
+        )
 
 
 def _new_id(con: duckdb.DuckDBPyConnection) -> str:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 
-from accounting.periods import FORMS, period_window
+from accounting.periods import FORMS
 from health import drain, failures
+from health.settings import HealthSettings
 from sing.config import Config
-from sing.errors import UserError
 from sing.tables import Column, percent, render
-from warehouse.reports_cli import NOW_HELP, iso_time, report_now
+from warehouse.reports_cli import NOW_HELP, iso_time, report_now, report_window
 from warehouse.store import Warehouse
 
 
@@ -61,11 +62,7 @@ SUMMARY_COLUMNS = (Column("figure", "figure"), Column("value", "value"))
 
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
-    if args.period and (args.since or args.until):
-        raise UserError("give either --period or --since/--until, not both")
-    since, until = (
-        period_window(args.period, "--period") if args.period else (args.since, args.until)
-    )
+    since, until = report_window(args)
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     found = failures.report(failures.snapshot(wh), since, until, report_now(wh, args.now))
     if args.json:
@@ -120,6 +117,27 @@ DRAIN_COLUMNS = (
 )
 
 
+def nothing_to_drain(wh: Warehouse, config: Config, now: datetime | None) -> str:
+    """Why no node is listed: no readings at all or only old ones judge nothing, so they are
+    not said the way healthy nodes are ("no node crosses the limits")."""
+    now = now or datetime.now(UTC)
+    window_h = config.section("health", HealthSettings).drain_window_hours
+    readings = wh.newest_time("health_samples")
+    if readings is None:
+        return (
+            "No health readings in the warehouse, so no node can be judged: the collector "
+            "records them from each node's exporter (check one with: sing doctor node HOST)."
+        )
+    polled = max(t for t in (readings, wh.newest_time("scrapes")) if t is not None)
+    if polled < now - timedelta(hours=window_h):
+        return (
+            f"Health readings are stale: the newest is from {polled:%Y-%m-%d %H:%M} UTC, over "
+            f"[health] drain_window_hours ({window_h:g} h) before {now:%Y-%m-%d %H:%M} UTC, so "
+            "no node is judged on today's state. Is the collector running (sing doctor head)?"
+        )
+    return "No node crosses the [health] drain limits."
+
+
 def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     outcome = drain.run(wh, config, force_dry_run=args.dry_run, now=args.now)
@@ -136,7 +154,7 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
             + (f"; {settled['error']}" if settled["error"] else "")
         )
     if not outcome["nodes"]:
-        print("No node crosses the [health] drain limits.")
+        print(nothing_to_drain(wh, config, args.now))
         return status
     print(render(outcome["nodes"], DRAIN_COLUMNS))
     print()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,7 +11,8 @@ from collector.settings import CollectorSettings
 from executors.base import make_executor
 from policy import audit, breaker
 from policy.engine import Engine, Round
-from policy.ladder import Decision
+from policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING
+from policy.ladder import CHANGED, ENDED, Decision
 from policy.postman import make_postman, unreached_owners
 from policy.replay import hit_rows, replay, totals
 from policy.reports import PERIODS, send_digests, send_job_end_reports
@@ -22,7 +21,7 @@ from policy.settings import PolicySettings
 from sing.config import Config
 from sing.digits import ascii_digits
 from sing.errors import UserError
-from sing.tables import Column, percent, render
+from sing.tables import Column, percent, print_json, render
 from warehouse.store import Warehouse
 
 
@@ -112,7 +111,10 @@ def full_round(engine: Engine, config: Config, now: datetime | None = None) -> R
 def cmd_check(args: argparse.Namespace, config: Config) -> int:
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     decisions = make_engine(config, warehouse, "sing policy check").decide()
-    return _print(decision_rows(decisions), DECISION_TABLE, args.json, NO_JOBS)
+    _print(decision_rows(decisions), DECISION_TABLE, args.json, NO_JOBS)
+    if decisions and not args.json:
+        print(judged_line(decisions) + "; a round (sing policy run) leaves out the ok ones")
+    return 0
 
 
 def require_reach(settings: PolicySettings) -> None:
@@ -139,6 +141,8 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     result = full_round(make_engine(config, warehouse, "sing policy run"), config)
     _print(decision_rows(result.decisions), DECISION_TABLE, args.json, NO_JOBS)
     if not args.json:
+        if result.decisions:
+            print(judged_line(result.decisions) + " (jobs found ok and not remembered left out)")
         print(f"{len(result.events)} event(s) recorded in the audit trail")
     return 0
 
@@ -168,9 +172,8 @@ def cmd_replay(args: argparse.Namespace, config: Config) -> int:
     result = replay(warehouse, settings, load_rules(settings), since, until, interval_s)
     rows = hit_rows(result)
     if args.json:
-        out = {"rows": rows, "totals": totals(result), "unjudged": result.unjudged}
-        json.dump(out | {"messages": result.messages}, sys.stdout, default=str)
-        print()
+        extra = {"totals": totals(result), "unjudged": result.unjudged}
+        print_json(rows, **extra, messages=result.messages)
         return 0
     print(
         f"Replay {since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC, {result.steps} rounds "
@@ -242,6 +245,7 @@ DECISION_TABLE = (
     Column("idle_gpus", "idle GPUs"),
     Column("gpus_sampled", "GPUs"),
     Column("rdma_bytes_per_node_hour", "RDMA GB/node-h", digits=2, per=1e9),
+    Column("reason", "reason"),
 )
 REPLAY_TABLE = (
     Column("cluster", "cluster"),
@@ -320,16 +324,56 @@ def decision_rows(decisions: list[Decision]) -> list[dict[str, Any]]:
             "idle_gpus": d.evidence.get("idle_gpus"),
             "gpus_sampled": d.evidence.get("gpus_sampled"),
             "rdma_bytes_per_node_hour": d.evidence.get("rdma_bytes_per_node_hour"),
+            "reason": verdict_reason(d),
         }
         for d in decisions
     ]
 
 
+def verdict_reason(d: Decision) -> str:
+    """Why the rule judged the job so, in words: a stale or incomplete verdict is data sing
+    lacks, not a job found fine, and a reader must see which."""
+    e = d.evidence
+    if d.verdict == STALE:
+        heard = e.get("last_heard")
+        if heard is None:
+            return "no GPU sample of the job in the rule's window: waits for data (collector?)"
+        return (
+            f"a GPU last heard {heard:%Y-%m-%d %H:%M} UTC, over [policy] max_data_age_s ago: "
+            "waits for fresh data (is the collector running?)"
+        )
+    if d.verdict == INCOMPLETE:
+        return (
+            f"{e.get('coverage') or 0:.0%} of the expected samples, under [policy] "
+            "min_coverage: waits for fuller data"
+        )
+    return VERDICT_REASONS.get(d.verdict, d.verdict)
+
+
+VERDICT_REASONS = {
+    VIOLATING: "crosses the rule's limit",
+    OK: "within the rule (or younger than its minutes)",
+    EXEMPT: "exempt by the rule (user, account, partition, QoS, name or interactive)",
+    ENDED: "the job ended: the rule's ladder closes",
+    CHANGED: "the rule changed since the last round: its ladder starts over",
+}
+
+
+def judged_line(decisions: list[Decision]) -> str:
+    """How many running jobs the rules judged and how, so `check` and `run` can be compared
+    at a glance (a round lists only the jobs it has something to say about)."""
+    jobs = {(d.job["cluster"], d.job["job_id"]) for d in decisions}
+    counts: dict[str, int] = {}
+    for d in decisions:
+        counts[d.verdict] = counts.get(d.verdict, 0) + 1
+    verdicts = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+    return f"{len(jobs)} job(s) judged ({verdicts})"
+
+
 def _print(rows: list[dict[str, Any]], table: tuple[Column, ...], as_json: bool, empty: str) -> int:
     """Rows as JSON for scripts, or as a table for people (`empty` when there are none)."""
     if as_json:
-        json.dump(rows, sys.stdout, default=str)
-        print()
+        print_json(rows)
     elif not rows:
         print(empty)
     else:

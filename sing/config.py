@@ -143,10 +143,11 @@ class Config:
 
     def warehouse_dir(self, override: str | Path | None = None) -> Path:
         """Warehouse location: `--warehouse`, then `$SING_WAREHOUSE`, then [site] warehouse."""
+        site = self.site  # checked on every path: a typo in [site] fails with --warehouse too
         chosen = override or os.environ.get("SING_WAREHOUSE")
         if chosen:
             return Path(chosen).expanduser()
-        return self.resolve_path(self.site.warehouse)
+        return self.resolve_path(site.warehouse)
 
     def _where(self) -> str:
         return str(self.path) if self.path else "built-in defaults"

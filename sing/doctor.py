@@ -55,6 +55,8 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     for check in checks:
         try:
             findings.append(check(args, config))
+        except (ConfigError, UserError) as err:  # said once by the config finding, in words
+            findings.append(Finding(FAIL, check.__name__, f"not checked: {err}"))
         except Exception as err:  # a check that breaks is itself a finding, not a crash
             findings.append(Finding(FAIL, check.__name__, f"check raised {err!r}"))
     for f in findings:
@@ -238,10 +240,11 @@ def check_warehouse(args: argparse.Namespace, config: Config) -> Finding:
     root = config.warehouse_dir(args.warehouse)
     try:
         wh = Warehouse(root)
+        wh.require_writable()  # creates a new site's warehouse, as its first round would
         probe = root / ".doctor-probe"
         probe.write_text("ok")
         probe.unlink()
-    except OSError as err:
+    except (OSError, UserError) as err:
         return Finding(FAIL, "warehouse", f"{root} is not writable: {err}")
     con = wh.connect()
     (jobs,) = con.execute("SELECT count(*) FROM jobs").fetchone()

@@ -7,6 +7,8 @@ and look the same everywhere. Scripts use `--json`, which prints the rows unform
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -96,3 +98,39 @@ def render_query(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+BYTE_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def scaled_bytes(value: float | None, per_second: bool = False, binary: bool = False) -> str:
+    """Bytes in the largest unit that keeps the figure at or above 1, so a person reads
+    "265.6 TB", not "265624.51 GB"; every printed byte count goes through here. SI units
+    (powers of 1000) for traffic; `binary` (powers of 1024) for memory, as GPUs size it."""
+    if value is None or value != value:  # NULL or NaN: sing could not know it
+        return UNKNOWN
+    units, step = (BINARY_UNITS, 1024) if binary else (BYTE_UNITS, 1000)
+    shown, unit = float(value), units[0]
+    for unit in units:
+        if abs(shown) < step or unit == units[-1]:
+            break
+        shown /= step
+    digits = 0 if unit == units[0] else 1
+    return f"{shown:.{digits}f} {unit}" + ("/s" if per_second else "")
+
+
+def window_text(since: datetime | None, until: datetime | None) -> str:
+    """A report's window in words, for the line that says a report found nothing in it."""
+    if since and until:
+        return f"{since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC"
+    if since or until:
+        return f"{'since' if since else 'before'} {since or until:%Y-%m-%d %H:%M} UTC"
+    return "the whole history"
+
+
+def print_json(rows: Iterable[Mapping[str, Any]], **extra: Any) -> None:
+    """The one `--json` envelope of every command, {"rows": [...], ...}, so a script reads every
+    command the same way (docs/analytics.md)."""
+    json.dump({"rows": list(rows), **extra}, sys.stdout, default=str)
+    print()

@@ -635,14 +635,14 @@ def test_report_idle_cli(demo_wh: Path) -> None:
 def test_report_cluster_cli(demo_wh: Path) -> None:
     window = ("--since", "2026-01-08T00:00:00Z", "--until", "2026-01-10T00:00:00Z")
     days = report_json(demo_wh, "cluster", *window)["rows"]
-    assert [r["bucket"][:10] for r in days] == ["2026-01-08", "2026-01-09"]
+    assert [r["bucket"][:10] for r in days] == ["2026-01-09", "2026-01-08"]  # newest first
     assert all(r["capacity_gpu_hours"] == pytest.approx(128 * 24) for r in days)
     assert all(0.5 < r["assignment_rate"] <= 1 for r in days)
     # Allocation from job records and from sample stamps tell the same story (within 2 points).
     assert all(abs(r["assignment_rate"] - r["sampled_assignment"]) < 0.02 for r in days)
     hours = report_json(demo_wh, "cluster", *window, "--bucket", "hour")["rows"]
     assert len(hours) == 48
-    day_gpu_h = sum(r["allocated_gpu_hours"] for r in hours[:24])
+    day_gpu_h = sum(r["allocated_gpu_hours"] for r in hours[:24])  # the newest day's hours
     assert day_gpu_h == pytest.approx(days[0]["allocated_gpu_hours"])
 
 
@@ -822,8 +822,8 @@ def test_rdma_with_an_unknown_counter_is_unknown_not_small(tmp_path: Path) -> No
 
     out = run_sing("--warehouse", str(wh.root), "job", "R", "--now", at(3).isoformat())
     assert out.returncode == 0, out.stderr
-    assert "  n1  sent 0.01 GB  received 0.01 GB" in out.stdout
-    assert "  n2  sent unknown  received 0.01 GB" in out.stdout
+    assert "  n1  sent 8.0 MB  received 8.0 MB" in out.stdout  # 8 deltas of 1 MB
+    assert "  n2  sent unknown  received 8.0 MB" in out.stdout
     assert "RDMA traffic" not in out.stdout  # no low-RDMA note on an unknown figure
 
 

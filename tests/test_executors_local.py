@@ -142,8 +142,10 @@ def test_cli_run_local_returns_the_job_exit_code_and_lists_it(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "jobs", "list", "--state", "failed"]) == 0
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split()[:7] == ["job", "user", "partition", "name", "state", "exit", "GPUs"]
-    assert row.split()[3:8] == ["hello", "FAILED", "5", "2", "box"]
+    assert header.split()[:8] == [
+        "job", "user", "partition", "name", "state", "exit", "nodes", "GPUs",
+    ]  # fmt: skip
+    assert row.split()[3:9] == ["hello", "FAILED", "5", "1", "2", "box"]
     assert (tmp_path / "var/local-jobs/jobs/1.json").is_file()  # relative to the config file
     assert datetime.now(UTC) - watermark(Warehouse(tmp_path / "wh"), "campus") < timedelta(
         minutes=1

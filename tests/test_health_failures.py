@@ -196,4 +196,4 @@ def test_report_rejects_bad_windows(warehouse: Warehouse) -> None:
     done = sing(warehouse, "report", "--period", "2026-11", "--since", "2026-11-02")
     assert done.returncode == 1 and "either --period or --since/--until" in done.stderr
     done = sing(warehouse, "report", "--since", "2026-11-02", "--until", "2026-11-01")
-    assert done.returncode == 1 and "must be after --since" in done.stderr
+    assert done.returncode == 2 and "is not before --until" in done.stderr

@@ -197,7 +197,7 @@ def test_sing_incident_open_note_close_list(tmp_path: Path) -> None:
         "sing: no incident 'INC-nothere'; `sing incident list` shows their ids",
     )
     assert sing(tmp_path, "incident", "list", "--open").stdout.strip() == "no incidents open"
-    (row,) = json.loads(sing(tmp_path, "incident", "list", "--json").stdout)
+    (row,) = json.loads(sing(tmp_path, "incident", "list", "--json").stdout)["rows"]
     assert row["incident_id"] == incident_id and row["jobs"] == ["7"]
     assert row["opened_by"] == row["closed_by"] == getpass.getuser()
     assert (row["resolution"], row["notes"]) == ("cable replaced", 3)

@@ -39,7 +39,7 @@ def test_an_xid_79_on_a_fake_gpu_becomes_one_incident(
             text=True,
             check=True,
         )
-        return json.loads(listed.stdout)
+        return json.loads(listed.stdout)["rows"]
 
     def detection_rounds_after(moment: datetime) -> bool:
         con = wh.connect({"health_rounds": None})

@@ -224,11 +224,13 @@ def test_sing_job_human_report(wh: Warehouse) -> None:
     text = out.stdout
     assert "Job never  user alice  account alice-lab  partition gpu" in text
     assert "State COMPLETED  exit code 0  4 node(s), 16 GPU(s)  run time 2.00 h" in text
+    assert "time limit 24.00 h" in text  # tests.test_analytics.add_job's 86,400 s
+    assert re.search(r"Peak GPU memory  [\d.]+ GiB of 80.0 GiB", text), text  # 80 GiB GPUs
     # 16 GPUs x 100 W x 6300 s between first and last energy reading = 10.08 MJ = 2.80 kWh.
     assert "GPU-hours allocated 32.0   idle GPU-hours 8.0   energy 2.80 kWh" in text
     assert "GPU utilization  [############........]  60%" in text
     assert "  never-3:3  util [....................]   0%" in text
-    assert "  never-0  sent 2.00 GB  received 2.00 GB" in text
+    assert "  never-0  sent 2.0 GB  received 2.0 GB" in text
     assert "  * 4 of 16 GPUs were never used." in text
 
 

@@ -61,7 +61,7 @@ def sing(capsys, *argv: str) -> str:
 
 
 def test_check_shows_each_job_and_rule_and_records_nothing(site, capsys):
-    rows = json.loads(sing(capsys, "--config", str(site), "policy", "check", "--json"))
+    rows = json.loads(sing(capsys, "--config", str(site), "policy", "check", "--json"))["rows"]
     got = {r["job_id"]: (r["verdict"], r["action"], r["dry_run"]) for r in rows}
     assert got == {
         "1": ("violating", "notify", True),
@@ -73,13 +73,13 @@ def test_check_shows_each_job_and_rule_and_records_nothing(site, capsys):
     heading = table.splitlines()[0].split()
     assert heading[:3] == ["cluster", "job", "user"] and "%" in heading  # a table for people
     log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))
-    assert log == []
+    assert log == {"rows": []}
 
 
 def test_run_records_a_dry_round_and_log_shows_it(site, capsys):
     out = sing(capsys, "--config", str(site), "policy", "run")
     assert "event(s) recorded" in out
-    log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))
+    log = json.loads(sing(capsys, "--config", str(site), "policy", "log", "--json"))["rows"]
     got = sorted((e["job_id"], e["event"], e["outcome"], e["dry_run"]) for e in log)
     assert got == [
         ("1", "evaluation", "violating", True),
@@ -89,13 +89,13 @@ def test_run_records_a_dry_round_and_log_shows_it(site, capsys):
     assert all(e["actor"].startswith("sing policy run@") for e in log)
     mine = json.loads(
         sing(capsys, "--config", str(site), "policy", "log", "--user", "carol", "--json")
-    )
+    )["rows"]
     assert {e["job_id"] for e in mine} == {"3"}
     # a second round at once: the notice is not repeated, nothing changed
     sing(capsys, "--config", str(site), "policy", "run")
     again = json.loads(
         sing(capsys, "--config", str(site), "policy", "log", "--since", "1h", "--json")
-    )
+    )["rows"]
     assert len(again) == len(log)
     assert "evaluation" in sing(capsys, "--config", str(site), "policy", "log")
 

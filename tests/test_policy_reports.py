@@ -297,7 +297,7 @@ def test_sing_policy_digest_sends_the_weeks_digests_once(tmp_path, wh, capsys):
         argv = ["--config", str(site_config(tmp_path, box.port, True)), "policy", "digest"]
         when = ["--weekly", "--now", "2026-01-12T09:00:00+01:00"]
         assert main([*argv, *when, "--json"]) == 0
-        rows = json.loads(capsys.readouterr().out)
+        rows = json.loads(capsys.readouterr().out)["rows"]
         assert main([*argv, *when]) == 0
         assert capsys.readouterr().out == "no weekly digest is due (each goes out once)\n"
     users = sorted({j.user for j in WEEK})

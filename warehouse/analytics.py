@@ -111,7 +111,7 @@ usage AS (
 )
 SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
        j.submit_time, j.start_time, j.end_time, j.num_nodes, j.num_gpus, j.gpus_per_node,
-       j.nodes,
+       j.nodes, j.time_limit_s,
        epoch(coalesce(j.end_time, $now) - j.start_time) AS run_s,
        epoch(j.start_time - j.submit_time) AS queue_s,
        j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 AS gpu_hours,

@@ -21,6 +21,7 @@ import duckdb
 
 from sing.config import Thresholds
 from sing.errors import UserError
+from sing.tables import scaled_bytes
 from warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL
 from warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
 from warehouse.rollups import IDLE_SAMPLE_UTIL
@@ -90,7 +91,7 @@ def job_report(
             f"""
         SELECT node, gpu_index, util_sum / samples AS mean_util, util_max AS max_util,
                sm_sum / nullif(sm_samples, 0) AS mean_sm_active,
-               mem_peak_bytes AS peak_mem_bytes, energy_j
+               mem_peak_bytes AS peak_mem_bytes, mem_total_bytes AS gpu_mem_bytes, energy_j
         FROM ({JOB_GPU_SQL}) WHERE cluster = $cluster AND job_id = $job_id
         ORDER BY node, gpu_index
         """,
@@ -239,28 +240,29 @@ def render(job: dict[str, Any]) -> str:
         f"partition {job['partition']}",
         f"State {job['state']}  exit code {_na(job['exit_code'])}  "
         f"{job['num_nodes']} node(s), {job['num_gpus']} GPU(s)  run time {run_h:.2f} h  "
-        f"queued {(job['queue_s'] or 0) / 3600:.2f} h",
+        f"queued {(job['queue_s'] or 0) / 3600:.2f} h  "
+        f"time limit {_limit(job.get('time_limit_s'))}",
         f"Nodes: {', '.join(job['nodes'] or [])}",
         "",
         f"GPU-hours allocated {job['gpu_hours']:.1f}   idle GPU-hours "
         f"{job['idle_gpu_hours'] or 0:.1f}   energy {_amount(job['energy_j'], 3.6e6, 'kWh')}",
         f"GPU utilization  {_bar(job['mean_util'])}{_beside(coverage_words(job['coverage']))}"
         f"  SM activity  {_bar(job['mean_sm_active'])}",
-        f"Peak GPU memory  {(job['peak_mem_bytes'] or 0) / GIB:.1f} GiB",
+        f"Peak GPU memory  {_memory(job['peak_mem_bytes'], job['gpu_mem_bytes'])}",
         "",
         "Per GPU:",
     ]
     for g in job["per_gpu"]:
         lines.append(
             f"  {g['node']}:{g['gpu_index']}  util {_bar(g['mean_util'])}  "
-            f"mem {(g['peak_mem_bytes'] or 0) / GIB:5.1f} GiB"
+            f"mem {_memory(g['peak_mem_bytes'], g['gpu_mem_bytes'])}"
         )
     if job["per_node_rdma"]:
         lines.append("RDMA per node:")
         for r in job["per_node_rdma"]:
             lines.append(
-                f"  {r['node']}  sent {_amount(r['tx_bytes'], 1e9, 'GB')}  "
-                f"received {_amount(r['rx_bytes'], 1e9, 'GB')}"
+                f"  {r['node']}  sent {scaled_bytes(r['tx_bytes'])}  "
+                f"received {scaled_bytes(r['rx_bytes'])}"
             )
     if job["notes"]:
         lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
@@ -282,6 +284,17 @@ def _beside(words: str) -> str:
 def _amount(value: float | None, per_unit: float, unit: str) -> str:
     """`value` in `unit` with two decimals, or "unknown" (a figure sing could not measure)."""
     return "unknown" if value is None else f"{value / per_unit:.2f} {unit}"
+
+
+def _memory(peak: int | None, total: int | None) -> str:
+    """A GPU's peak memory beside its total, so a person sees how full it was."""
+    of = f" of {scaled_bytes(total, binary=True)}" if total else ""
+    return f"{scaled_bytes(peak, binary=True)}{of}"
+
+
+def _limit(seconds: int | None) -> str:
+    """The job's time limit in hours; Slurm's UNLIMITED (or a source without one) is "none"."""
+    return "none" if seconds is None else f"{seconds / 3600:.2f} h"
 
 
 def _na(value: object) -> str:

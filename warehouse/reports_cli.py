@@ -16,7 +16,7 @@ from accounting.settings import accounting_settings
 from accounting.usage import GROUPS, footnotes, method, snapshot, usage
 from sing import tables
 from sing.config import Config
-from sing.errors import UserError
+from sing.errors import UsageError, UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
@@ -24,7 +24,7 @@ from warehouse import analytics, workload
 from warehouse.coverage import CoverageNeeds, site_coverage
 from warehouse.job_report import job_report, load_notes, render
 from warehouse.store import Warehouse
-from warehouse.synthetic import check_size, generate
+from warehouse.synthetic import check_size, generate_whole
 
 NOW_HELP = "count running jobs up to this time (default: now, or the newest sample if older)"
 # A warehouse whose samples stopped longer ago than this reports as of its newest sample, so
@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=cmd_report)
     sub.choices["by-nodes"].add_argument("--partition")
-    sub.choices["idle"].add_argument("--threshold", type=float, help="mean util below this")
+    sub.choices["idle"].add_argument(
+        "--threshold", type=ratio, help="mean util below this ratio (0-1, e.g. 0.1)"
+    )
     sub.choices["idle"].add_argument("--min-nodes", type=int, default=2)
     sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
@@ -90,10 +92,52 @@ def iso_time(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def ratio(text: str) -> float:
+    """A threshold of a share (`--threshold`): 0 to 1, so 50 (a percent) is refused with the
+    ratio it probably meant rather than listing every job."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; give a ratio such as 0.5"
+        ) from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text} is not a ratio from 0 to 1; give one such as 0.5")
+    if value > 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} looks like a percent; give a ratio such as {value / 100:g}"
+        )
+    return value
+
+
+Window = tuple[datetime | None, datetime | None]
+
+
+def checked_window(since: datetime | None, until: datetime | None) -> Window:
+    """`--since`/`--until` as given, refused when the window ends before it starts (it would
+    answer an empty report, as if nothing had happened)."""
+    if since and until and since >= until:
+        raise UsageError(
+            f"--since {since:%Y-%m-%d %H:%M} is not before --until {until:%Y-%m-%d %H:%M}; "
+            "give the earlier time as --since"
+        )
+    return since, until
+
+
+def report_window(args: argparse.Namespace) -> Window:
+    """The window of a report that takes `--period` or `--since`/`--until` (not both)."""
+    if args.period and (args.since or args.until):
+        raise UserError("give either --period or --since/--until, not both")
+    if args.period:
+        return period_window(args.period, "--period")
+    return checked_window(args.since, args.until)
+
+
 def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, dict]:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     con = wh.connect()
-    window = {"since": args.since, "until": args.until, "now": report_now(wh, args.now)}
+    since, until = checked_window(args.since, args.until)
+    window = {"since": since, "until": until, "now": report_now(wh, args.now)}
     extra: dict = {}
     if args.report == "jobs":
         frame = analytics.job_usage(con, **window, needs=site_coverage(config))
@@ -116,14 +160,61 @@ def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, 
         )
     else:
         frame = analytics.cluster_usage(con, bucket=args.bucket, **window)
-    return frame, extra
+    newest = NEWEST_FIRST.get(args.report)
+    if newest and not frame.is_empty():
+        frame = frame.sort(newest, descending=True, nulls_last=True, maintain_order=True)
+    return frame, extra | {"window": window}
+
+
+# The reports that list jobs or time: the newest first, as a person looks for what just
+# happened (the idle report ranks by wasted GPU-hours, fairness by share: their order is theirs).
+NEWEST_FIRST = {"jobs": "start_time", "cluster": "bucket"}
+# What each report lists, for the line that says it found none.
+REPORT_NOUNS = {
+    "jobs": "jobs",
+    "by-nodes": "jobs",
+    "fairness": "users with jobs",
+    "idle": "idle multi-node jobs",
+    "cluster": "cluster figures",
+}
+
+
+def nothing_found(args: argparse.Namespace, config: Config, window: dict) -> str:
+    """The line an empty report prints instead of a bare heading: what it looked for, in which
+    window, and why there is none (no jobs at all, none in the window, none that qualify)."""
+    con = Warehouse(config.warehouse_dir(args.warehouse)).connect({"jobs": None})
+    total, first, last = con.execute(
+        "SELECT count(*), min(start_time), max(coalesce(end_time, start_time)) FROM jobs "
+        "WHERE start_time IS NOT NULL"
+    ).fetchone()
+    head = (
+        f"no {REPORT_NOUNS[args.report]} in {tables.window_text(window['since'], window['until'])}"
+    )
+    if args.report == "idle" and args.running:
+        head = f"no running idle multi-node jobs at {window['now']:%Y-%m-%d %H:%M} UTC"
+    if not total:
+        return (
+            f"{head}: the warehouse has no started jobs; sync them (the collector's job sync, "
+            "[executor]) or import them: sing warehouse import jobs FILE"
+        )
+    span = f"its {total:,} started jobs run {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC"
+    if args.report == "idle":
+        t = config.thresholds
+        limit = args.threshold if args.threshold is not None else t.idle_util
+        return (
+            f"{head}: no job on {args.min_nodes} or more nodes for {t.idle_job_min_hours:g} h or "
+            f"more averaged under {limit:.0%} GPU utilization ({span})"
+        )
+    return f"{head}: none of the warehouse's jobs falls in it ({span})"
 
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
     frame, extra = run_report(args, config)
     if args.json:
-        json.dump({"rows": frame.to_dicts(), **extra}, sys.stdout, default=str)
-        print()
+        tables.print_json(frame.to_dicts(), **extra)
+        return 0
+    if frame.is_empty():
+        print(nothing_found(args, config, extra["window"]))
         return 0
     columns = list(REPORT_COLUMNS[args.report])
     if "cluster" in frame.columns and frame["cluster"].n_unique() > 1:
@@ -318,11 +409,7 @@ def cmd_statement(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     """`sing report usage`: accounting.usage over a window or a named period."""
-    if args.period and (args.since or args.until):
-        raise UserError("give either --period or --since/--until, not both")
-    since, until = (
-        period_window(args.period, "--period") if args.period else (args.since, args.until)
-    )
+    since, until = report_window(args)
     settings = accounting_settings(config)
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     now = report_now(wh, args.now)
@@ -331,10 +418,7 @@ def cmd_usage(args: argparse.Namespace, config: Config) -> int:
     notes = method(settings)
     if args.json:
         window = {"since": since, "until": until, "now": now}
-        json.dump(
-            {"rows": frame.to_dicts(), "window": window, "method": notes}, sys.stdout, default=str
-        )
-        print()
+        tables.print_json(frame.to_dicts(), window=window, method=notes)
     elif args.csv:
         sys.stdout.write(frame.write_csv())
     else:
@@ -368,13 +452,9 @@ def add_workload(sub: argparse._SubParsersAction) -> None:
 
 def cmd_workload(args: argparse.Namespace, config: Config) -> int:
     """`sing report workload`: warehouse.workload for the cluster and each --trace, side by side."""
-    if args.period and (args.since or args.until):
-        raise UserError("give either --period or --since/--until, not both")
     if args.no_cluster and not args.trace:
         raise UserError("--no-cluster needs at least one --trace DIR")
-    since, until = (
-        period_window(args.period, "--period") if args.period else (args.since, args.until)
-    )
+    since, until = report_window(args)
     profiles = []
     if not args.no_cluster:
         root = config.warehouse_dir(args.warehouse)
@@ -500,8 +580,8 @@ def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
     root = Path(config.warehouse_dir(args.warehouse))
     check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
     with Progress("demo-data", total=round(args.days * 24), unit="h of history") as progress:
-        counts = generate(
-            Warehouse(root),
+        counts = generate_whole(
+            root,
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
             days=args.days,
