@@ -95,11 +95,19 @@ if not isinstance(viewer, access.Viewer):
 
 st.session_state[VISIT_KEY] = Visit(viewer, warehouse, config, demo)
 
-pages = [
-    st.Page(str(HERE / spec.file), title=spec.title, url_path=spec.url_path, icon=spec.icon)
-    for spec in access.pages_for(viewer.role)
-]
-page = st.navigation(pages)
+
+def page_of(spec: access.PageSpec, **extra: object) -> st.Page:
+    """The page of `spec`; `extra` sets its URL path and whether it is the root."""
+    return st.Page(str(HERE / spec.file), title=spec.title, icon=spec.icon, **extra)
+
+
+specs = access.pages_for(viewer.role)
+# Streamlit serves the default page at `/` and gives it no other URL, so were the first page the
+# default, `/cluster` would be "Page not found". The default is a hidden second entry of the
+# first page's file instead (one file may stand under two URL paths), and every page keeps its
+# own URL.
+root = page_of(specs[0], url_path="home", default=True, visibility="hidden")
+page = st.navigation([root, *(page_of(spec, url_path=spec.url_path) for spec in specs)])
 with st.sidebar:
     st.caption(f"Signed in as **{viewer.name}** ({viewer.role})")
     if not viewer.demo and settings.auth == "oidc":

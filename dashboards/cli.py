@@ -7,6 +7,12 @@ an environment is inherited unseen from a shell or a unit file, so demo mode wou
 where nobody asked for it. It is passed as the script's own argument (`streamlit run app.py --
 --demo`), which only this command writes; a SING_DASHBOARD_DEMO found in the environment is
 ignored, and said to be.
+
+The server runs through `serve` (`python -m dashboards.cli run ...`), not `streamlit` itself:
+Streamlit treats an entry script with a `pages/` folder beside it as an old-style multipage app
+until some session's run calls `st.navigation`, so a page URL opened first after a start ran the
+page file alone (no sign-in, Streamlit's raw page list). `serve` turns that mode off before the
+server starts, so every URL goes through app.py from the first request.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ def streamlit_command(
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "dashboards.cli",
         "run",
         str(APP),
         "--server.headless=true",
@@ -90,3 +96,17 @@ def run(args: argparse.Namespace, config: Config) -> int:
     # server itself with a signal and no orphaned process is left behind.
     command = streamlit_command(args, settings, demo)
     os.execve(command[0], command, env)
+
+
+def serve() -> None:
+    """`streamlit` with the `pages/`-folder mode off (see the module docstring), so the first
+    request after a start is routed by app.py's `st.navigation` like every later one."""
+    from streamlit.runtime.pages_manager import PagesManager
+    from streamlit.web.cli import main
+
+    PagesManager.uses_pages_directory = False
+    main(prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    serve()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from demo.run import Demo, DemoOptions, default_home
 from sing.config import Config
+from warehouse.synthetic import SAMPLE_S
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reset", action="store_true", help="start over with a new warehouse")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--speed", type=float, default=120.0, help="simulated seconds per second")
-    p.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=SAMPLE_S,
+        help="scrape interval, seconds (default: the history's step)",
+    )
     p.add_argument("--history-days", type=float, default=7.0, help="history seeded on first run")
     p.add_argument("--port-base", type=int, default=9500, help="exporter ports start here")
     p.add_argument("--dashboard-port", type=int, default=8501)

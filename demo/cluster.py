@@ -8,7 +8,8 @@ port), and writing its job record where the simulated executor (demo.executor) r
 Time is compressed: `speed` simulated seconds pass per real second, so a 6-hour training run
 lasts 3 minutes at the default speed of 120, while all timestamps stay real wall-clock times.
 
-One idle two-node job is submitted first, so an admin always has something to find.
+One idle two-node job is placed first, started an hour ago, so an admin always has something to
+find.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import json
 import os
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from executors.profile import JobProfile, parse_profile
 from executors.records import JobRecord
@@ -33,6 +35,10 @@ from warehouse import synthetic
 
 # A finished job's record stays in the records file this long, for the job sync to pick it up.
 KEEP_FINISHED_S = 900.0
+# The injected idle job has run this long when the demo starts (past the idle report's hour)
+# and runs this much longer, in real seconds.
+IDLE_JOB_RAN_S = 65 * 60.0
+IDLE_JOB_LEFT_S = 2 * 3600.0
 
 
 @dataclass
@@ -85,14 +91,57 @@ class LiveCluster:
         self._records_written: list[tuple[str, str]] | None = None  # (job id, state) last written
         self.gpu_rate = nodes * gpus_per_node / 128 * synthetic.LOAD_SCALE
 
-    def inject_idle_multinode_job(self, now: datetime) -> str:
-        """A 2-node job that holds 16 GPUs and does nothing, for the idle-jobs report."""
+    def inject_idle_multinode_job(
+        self, now: datetime, ran_s: float = IDLE_JOB_RAN_S, left_s: float = IDLE_JOB_LEFT_S
+    ) -> str:
+        """A 2-node job that holds 16 GPUs and does nothing, for the idle-jobs report: placed at
+        once, started `ran_s` ago (the report lists jobs of an hour or more, so a job started
+        now would stay unlisted for the demo's first hour) and running `left_s` more, in real
+        seconds. `history` gives the samples of the time it already ran."""
         user, account, _ = next(u for u in synthetic.USERS if u[2] == "multinode")
         habit = synthetic.HABITS["multinode"]
         spec = synthetic.draw_job(self.rng, user, account, "multinode", habit, 0.0)
         spec.num_gpus, spec.mean_util, spec.mem_share = 2 * self.gpus_per_node, 0.003, 0.03
-        spec.duration, spec.state, spec.exit_code = 8 * 3600.0, "COMPLETED", 0
-        return self._submit(spec, now)
+        spec.duration, spec.state, spec.exit_code = (ran_s + left_s) * self.speed, "COMPLETED", 0
+        spec.time_limit = max(spec.time_limit, 2 * spec.duration)
+        job_id = self._submit(spec, now)
+        job = self.jobs[job_id]
+        (placement,) = self.scheduler.schedule(now.timestamp())
+        job.start, job.gpus = now - timedelta(seconds=ran_s), placement.gpus
+        job.submit, job.real_duration_s = job.start, ran_s + left_s
+        return job_id
+
+    def history(self, job_id: str, until: datetime, step_s: float) -> pl.DataFrame:
+        """The gpu_samples rows a collector scraping every `step_s` would have written for a job
+        from its start to `until` (the seeded past of the injected idle job)."""
+        job = self.jobs[job_id]
+        assert job.start is not None
+        span = (until - job.start).total_seconds()
+        ts = [job.start + timedelta(seconds=k * step_s) for k in range(int(span // step_s))]
+        util = job.spec.mean_util
+        power = synthetic.power_w(util)
+        rows = [
+            {
+                "ts": t,
+                "node": node,
+                "gpu_index": i,
+                "gpu_uuid": None,
+                "util": util,
+                "sm_active": util * job.spec.sm_factor,
+                "mem_used_bytes": int(job.spec.mem_share * synthetic.GPU_MEMORY),
+                "mem_total_bytes": synthetic.GPU_MEMORY,
+                "power_w": power,
+                "energy_j": power * step_s * (k + 1),
+                "energy_delta_j": power * step_s if k else None,
+                "temp_c": 30 + 45 * util,
+                "job_id": job_id,
+                "cluster": self.cluster,
+            }
+            for node, indices in job.gpus.items()
+            for i in indices
+            for k, t in enumerate(ts)
+        ]
+        return pl.DataFrame(rows)
 
     def tick(self, now: datetime) -> None:
         if self.last is not None:

@@ -23,12 +23,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+
+import polars as pl
 
 from demo.cluster import LiveCluster, now_utc
 from warehouse.store import Warehouse
-from warehouse.synthetic import generate, node_names
+from warehouse.synthetic import SAMPLE_S, generate, node_names
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,27 @@ MAX_RESTARTS = 5
 # Job records change only when a job is submitted, starts or ends; a job sync costs the collector
 # a warehouse connection and two appends, and syncing every scrape round was most of its CPU.
 MIN_JOB_SYNC_S = 10.0
+# The seeded history ends this long before the demo starts: room for the injected idle job's
+# seeded past (demo.cluster.IDLE_JOB_RAN_S) on GPUs no seeded job holds.
+HISTORY_GAP = timedelta(hours=2)
+# Waste rules the demo evaluates in dry run (logged and shown on the Waste policies page,
+# never sent or acted on), each round a minute apart so warnings show in the first minutes.
+POLICY = """
+[policy]
+dry_run = true
+interval_s = 60
+
+[policy.rules.idle-gpus]
+kind = "idle_gpus"
+minutes = 60
+actions = ["notify", "warn"]
+warn_after_minutes = 1
+
+[policy.rules.silent-multinode]
+kind = "multinode_idle"
+minutes = 60
+actions = ["notify"]
+"""
 
 
 @dataclass(frozen=True)
@@ -47,7 +70,7 @@ class DemoOptions:
     port_base: int = 9500
     dashboard_port: int = 8501
     collector_metrics_port: int = 9499
-    interval_s: float = 5.0
+    interval_s: float = SAMPLE_S  # the seeded history's step, so its jobs read as fully sampled
     speed: float = 120.0
     history_days: float = 7.0
     seed: int = 0
@@ -100,9 +123,10 @@ metrics_port = {self.o.collector_metrics_port}
 [demo]
 state_file = "state.json"
 records_file = "jobs.json"
-"""
+{POLICY}"""
         )
         wh = Warehouse(self.warehouse)
+        wh.require_writable()
         fresh = not any((self.warehouse / "jobs").glob("*.parquet"))
         if fresh and self.o.history_days > 0:
             log.info("seeding %s days of synthetic history", self.o.history_days)
@@ -112,8 +136,9 @@ records_file = "jobs.json"
                 gpus_per_node=self.o.gpus_per_node,
                 days=self.o.history_days,
                 seed=self.o.seed,
-                end=now_utc() - timedelta(hours=1),
+                end=now_utc() - HISTORY_GAP,
             )
+            end_unfinished(wh, Warehouse(self.warehouse).newest_time("gpu_samples"))
 
     def first_job_id(self) -> int:
         con = Warehouse(self.warehouse).connect()
@@ -174,8 +199,12 @@ records_file = "jobs.json"
             seed=self.o.seed + int(time.time()),
             first_job_id=self.first_job_id(),
         )
-        cluster.inject_idle_multinode_job(now_utc())
-        cluster.tick(now_utc())
+        now = now_utc()
+        idle = cluster.inject_idle_multinode_job(now)
+        Warehouse(self.warehouse).append(
+            "gpu_samples", cluster.history(idle, now, self.o.interval_s)
+        )
+        cluster.tick(now)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stop.set())
         self.start_children()
@@ -219,6 +248,33 @@ records_file = "jobs.json"
                 child.kill()
                 child.wait()
         print("sing demo: stopped", flush=True)
+
+
+def end_unfinished(wh: Warehouse, at: datetime | None) -> None:
+    """End the seeded jobs still running or pending where the history stops (at `at`): the live
+    cluster does not run them, so they would hold their GPUs in every report for ever."""
+    if at is None:
+        return
+    con = wh.connect()
+    try:
+        jobs = con.sql("SELECT * FROM jobs WHERE end_time IS NULL").pl()
+        held = con.sql(
+            "SELECT g.* FROM job_gpus g JOIN jobs j USING (cluster, job_id) "
+            "WHERE j.end_time IS NULL"
+        ).pl()
+    finally:
+        con.close()
+    ended = pl.lit(at, pl.Datetime("us", "UTC"))
+    started = pl.col("start_time").is_not_null()
+    wh.append(
+        "jobs",
+        jobs.drop("recorded_at").with_columns(
+            end_time=ended,
+            state=pl.when(started).then(pl.lit("COMPLETED")).otherwise(pl.lit("CANCELLED")),
+            exit_code=pl.lit(0, pl.Int32),
+        ),
+    )
+    wh.append("job_gpus", held.drop("recorded_at").with_columns(end_time=ended))
 
 
 def children_of(pid: int) -> list[int]:
