@@ -27,6 +27,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import hostlist
@@ -363,8 +364,12 @@ class SacctLine(NamedTuple):
 
 
 def parse_sacct_text(text: str) -> dict[str, SacctLine]:
-    """`sacct -P -n -o JobIDRaw,User,ExitCode,AllocTRES` -> {job id: SacctLine}."""
+    """`sacct -P -n -o JobIDRaw,User,ExitCode,AllocTRES` -> {job id: SacctLine}.
+
+    With `--duplicates` a requeued job has a line per run, oldest first: the newest run that
+    was allocated (AllocTRES set) stands, as `newest_runs` keeps its JSON record."""
     out = {}
+    allocated: set[str] = set()
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -379,13 +384,33 @@ def parse_sacct_text(text: str) -> dict[str, SacctLine]:
         if not (ascii_digits(code) and ascii_digits(signal)):
             raise UserError(f"sacct -P line {number}: ExitCode {exit_code!r} is not CODE:SIGNAL")
         gpus = gpu_count(parse_tres(tres, f"sacct -P line {number}"))
+        if job_id in allocated and not tres:
+            continue
+        if tres:
+            allocated.add(job_id)
         out[job_id] = SacctLine(user, exit_code_from(int(code), int(signal)), gpus)
     return out
 
 
+def newest_runs(jobs: list[_Job]) -> list[_Job]:
+    """One entry per job: the run that started last. `sacct --duplicates` lists every run of a
+    requeued job, and Slurm 24.11 lists without it only the newest record, which is a pending
+    run: the run that ended would be lost. A run that never started hides no run that did, and
+    a run still going is left to squeue (`running`) like any running job."""
+    newest: dict[str, tuple[_Job, datetime]] = {}
+    never = datetime.min.replace(tzinfo=UTC)
+    for job in jobs:
+        job_id = str(job.number("job_id"))
+        start = job.time("time.start") or never
+        before = newest.get(job_id)
+        if before is None or start >= before[1]:
+            newest[job_id] = (job, start)
+    return [job for job, _ in newest.values()]
+
+
 def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]:
     """Ended jobs from `sacct --json`, with user and exit code from `sacct -P` text."""
-    jobs = _load(json_text, "sacct --json")
+    jobs = newest_runs(_load(json_text, "sacct --json"))
     exits = parse_sacct_text(exit_text)
     records = []
     figures = GpuFigures("sacct")

@@ -169,3 +169,44 @@ def test_sinfo_nodes_sum_gpu_gres_and_join_partitions() -> None:
     ]
     with pytest.raises(UserError, match="sinfo line 1: expected NODE|PARTITION|GRES"):
         parse_sinfo("gpu-1 debug gpu:a100:8\n")
+
+
+def requeued_sacct(later_state: str, later_start: int | None) -> tuple[str, str]:
+    """`sacct --duplicates` of job 1 requeued after its first run (22.05's record of it, as
+    captured) and its next run in `later_state`: the runs oldest first, as sacct lists them."""
+    raw = json.loads(SACCT)
+    first = next(job for job in raw["jobs"] if job["job_id"] == 1)
+    first["state"] = {"current": "REQUEUED", "reason": "None"}
+    later = json.loads(json.dumps(first))
+    later["state"]["current"] = later_state
+    later["time"] |= {"start": later_start or 0, "end": 0}
+    raw["jobs"] = [first, later]
+    line = "1|singtest|0:0|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2\n"
+    return json.dumps(raw), line + (line if later_start else "1|singtest|0:0|\n")
+
+
+def test_a_requeued_jobs_ended_run_stands_while_its_next_run_waits():
+    """Slurm 24.11 without --duplicates lists only the pending record of a requeued job
+    (tests/executors_data/slurm-24.11/sacct-requeued*), so sing asks for every run."""
+    (record,) = parse_sacct(*requeued_sacct("PENDING", None), "campus")
+    assert (record.state, record.num_gpus, record.end_time) == ("REQUEUED", 2, at(1796000670))
+
+
+def test_a_requeued_jobs_next_run_replaces_the_ended_one():
+    """Running again, the job is squeue's (`running`), as any running job; its ended run must
+    not stand as finished, or a sync would drop the running record as already done."""
+    assert parse_sacct(*requeued_sacct("RUNNING", 1796000700), "campus") == []
+    (ended,) = parse_sacct(*requeued_sacct("COMPLETED", 1796000700), "campus")
+    assert (ended.state, ended.start_time) == ("COMPLETED", at(1796000700))
+
+
+def test_finished_asks_sacct_for_every_run_of_a_job():
+    calls = []
+
+    def runner(argv: list[str], stdin: str | None) -> str:
+        calls.append(argv)
+        return requeued_sacct("PENDING", None)[argv[1] != "--json"]
+
+    (record,) = SlurmExecutor("campus", ExecutorSettings(), runner).finished(at(1796000600))
+    assert record.state == "REQUEUED"
+    assert all("--duplicates" in argv for argv in calls) and len(calls) == 2
