@@ -24,7 +24,7 @@ from sing.config import Config
 from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.progress import Progress
-from sing.tables import Column, hours, percent, render
+from sing.tables import Column, hours, percent, print_json, render
 
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
@@ -37,6 +37,8 @@ SKIP_KEYS = {
 # figure is undefined (no jobs, a zero-length window), null in --json.
 TABLE = (
     Column("policy", "policy"),
+    Column("jobs", "jobs"),
+    percent("offered_load", "offered", missing=NA),  # GPU-hours asked / GPU-hours there
     percent("gpu_assignment", "assigned", missing=NA),
     percent("busy_assignment", "busy", missing=NA),
     hours("mean_wait_s", "wait mean", missing=NA),
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         run_id = _store(config.warehouse_dir(args.warehouse), args, settings, rows, cluster)
         print(f"stored run {run_id} in table sim_runs", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
     else:
         print(render(rows, TABLE))
     return 0
@@ -263,7 +265,7 @@ def _report_validation(args: argparse.Namespace, runs: list[Replay]) -> int:
     if not any(r["jobs"] for r in rows):
         raise UserError(f"{args.trace}: no job with a recorded start time to validate against")
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
     else:
         print(render(rows, VALIDATION))
     return 0

@@ -30,7 +30,7 @@ def test_simulate_json_starts_and_store(tmp_path: Path, capsys: pytest.CaptureFi
             "--gpus-per-node", "4", "--policy", "fcfs,sjf", "--json", "--starts-out", str(starts),
             "--store"]  # fmt: skip
     assert main(argv) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["policy"] for r in rows] == ["fcfs", "sjf"]
     # fcfs waits: 0, 9, 18, 17 (see test_scheduler_policies); sjf: 0, 24, 0, 2.
     assert rows[0]["mean_wait_s"] == pytest.approx(11.0)
@@ -57,7 +57,7 @@ def test_simulate_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     trace = write(tmp_path, TRACE)
     assert main(["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:2] == ["policy", "assigned"]
+    assert lines[0].split()[:6] == ["policy", "jobs", "offered", "%", "assigned", "%"]
     assert [line.split()[0] for line in lines[1:]] == ["fcfs", "sing", "easy", "sjf"]
 
 
@@ -132,7 +132,7 @@ def test_philly_week_on_64x8(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--trace", str(require(PHILLY)), "--nodes", "64", "--gpus-per-node", "8",
             "--since", "2017-10-23", "--until", "2017-10-30", "--json"]  # fmt: skip
     assert main(argv) == 0
-    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["fcfs"]["jobs"] == 7748
     # The paper's shape: backfill keeps more GPUs busy while jobs wait and cuts the mean wait;
     # sjf has the lowest mean wait but the worst tail.
@@ -151,7 +151,7 @@ def test_large_job_week_shows_the_backfill_gap(capsys: pytest.CaptureFixture[str
     argv = ["simulate", "--trace", str(require(PHILLY)), "--nodes", "32", "--gpus-per-node", "8",
             "--since", "2017-11-20", "--until", "2017-11-27", "--json"]  # fmt: skip
     assert main(argv) == 0
-    busy = {r["policy"]: r["busy_assignment"] for r in json.loads(capsys.readouterr().out)}
+    busy = {r["policy"]: r["busy_assignment"] for r in json.loads(capsys.readouterr().out)["rows"]}
     assert 0.85 < busy["fcfs"] < 0.90
     assert busy["sing"] > busy["fcfs"] + 0.05
     assert busy["easy"] > busy["fcfs"] + 0.08
@@ -164,7 +164,7 @@ def test_busy_week_reproduces_the_papers_assignment_gap(capsys: pytest.CaptureFi
             "--since", "2017-10-17", "--until", "2017-10-24", "--policy", "fcfs,sing",
             "--json"]  # fmt: skip
     assert main(argv) == 0
-    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert 0.76 < rows["fcfs"]["gpu_assignment"] < 0.80
     assert rows["sing"]["gpu_assignment"] > rows["fcfs"]["gpu_assignment"] + 0.17
     assert rows["sing"]["starved_jobs"] < rows["fcfs"]["starved_jobs"] / 20

@@ -57,7 +57,7 @@ def test_simulate_reads_a_release_its_parquet_or_its_csv(
         capsys, "--trace", str(trace), "--nodes", "2", "--gpus-per-node", "8", "--json"
     )
     assert code == 0, err
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert [r["policy"] for r in rows] == ["fcfs", "sing", "easy", "sjf"]
     assert {r["jobs"] for r in rows} == {3}
     assert {r["skipped_cpu_only"] for r in rows} == {1}
@@ -87,7 +87,7 @@ def test_a_pod_list_release_runs_on_its_own_node_list(
     )
     assert code == 0, err
     assert "skipped: 1 cpu-only, 2 never ran, 1 censored, 0 cannot fit" in err
-    (row,) = json.loads(out_)
+    (row,) = json.loads(out_)["rows"]
     assert (row["jobs"], row["skipped_never_ran"], row["skipped_censored"]) == (3, 2, 1)
     assert row["busy_assignment"] is None
     with starts.open() as f:
@@ -98,7 +98,7 @@ def test_a_pod_list_release_runs_on_its_own_node_list(
         "openb-pod-0003": ("1", "openb-node-0003:0"),  # V100M16 (best fit: the 1-GPU node)
     }
     code, out_, _ = simulate(capsys, "--trace", str(out), "--validate", "--json")
-    (check,) = json.loads(out_)
+    (check,) = json.loads(out_)["rows"]
     # recorded waits 0, 60, 0 s; the simulated cluster starts all three at once
     assert check["jobs"] == 3 and check["mean_abs_error_s"] == pytest.approx(20)
 
@@ -139,7 +139,7 @@ def test_mixed_cluster_models_shares_and_skip_counts(
     assert code == 0, err
     reasons = "model H100 missing: 1, too large: 1"
     assert f"skipped: 1 cpu-only, 0 never ran, 0 censored, 2 cannot fit ({reasons})" in err
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["rows"]
     assert (row["jobs"], row["skipped_cannot_fit"], row["skipped_cpu_only"]) == (5, 2, 1)
     with starts.open() as f:
         placed = {r["job_id"]: (float(r["start_time"]), r["placement"]) for r in csv.DictReader(f)}
@@ -159,9 +159,9 @@ def test_windows_in_seconds_from_the_trace_start(
     trace, cluster = file(tmp_path, "t.csv", SIMPLE), file(tmp_path, "c.csv", MIXED)
     base = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fcfs", "--json"]
     _, out, _ = simulate(capsys, *base, "--since", "15s", "--until", "3600s")
-    assert json.loads(out)[0]["jobs"] == 2  # q2, q3 (cpu, h100 and huge are skipped)
+    assert json.loads(out)["rows"][0]["jobs"] == 2  # q2, q3 (cpu, h100 and huge are skipped)
     _, out, _ = simulate(capsys, *base, "--since", "1970-01-01T00:00:20")
-    assert json.loads(out)[0]["jobs"] == 3  # q2, q3, late
+    assert json.loads(out)["rows"][0]["jobs"] == 3  # q2, q3, late
     code, _, err = simulate(capsys, *base, "--since", "15 s")
     assert code == 1 and "nor seconds from the trace start (e.g. 86400s)" in err
 
@@ -173,7 +173,7 @@ def test_low_offered_load_warns_with_the_figure(
     code, out, err = simulate(capsys, "--trace", str(trace), "--cluster", str(cluster), "--json")
     # (800 + 25 + 50 + 50 + 200) GPU-s / (12 GPUs x 7,200 s) = 0.013
     assert code == 0 and "warning: offered load 0.013" in err and "below 0.3" in err
-    assert json.loads(out)[0]["offered_load"] == pytest.approx(1125 / (12 * 7200))
+    assert json.loads(out)["rows"][0]["offered_load"] == pytest.approx(1125 / (12 * 7200))
     code, out, err = simulate(
         capsys, "--trace", str(trace), "--cluster", str(cluster), "--until", "60s", "--json"
     )
@@ -188,14 +188,15 @@ def test_undefined_figures_are_na_in_tables_and_null_in_json(
     code, out, err = simulate(capsys, *base, "--since", "7000s")  # one job: a zero-length window
     assert code == 0, err
     heading, line = out.splitlines()
-    assert heading.split()[:3] == ["policy", "assigned", "%"]
-    assert line.split()[:3] == ["fcfs", "n/a", "n/a"]  # assigned, busy: no window, no queue
+    assert heading.split()[:6] == ["policy", "jobs", "offered", "%", "assigned", "%"]
+    # assigned, busy: no window to assign in, no queue (the offered load is of --since..--until)
+    assert line.split()[:2] == ["fcfs", "1"] and line.split()[3:5] == ["n/a", "n/a"]
     _, out, err = simulate(capsys, *base, "--since", "9000s", "--json")  # no job at all
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["rows"]
     assert row["jobs"] == 0 and row["mean_wait_s"] is None and row["gpu_assignment"] is None
     assert "no jobs to replay in this window" in err
     _, out, _ = simulate(capsys, *base, "--since", "9000s")
-    assert "0.0" not in out.splitlines()[1] and out.splitlines()[1].count("n/a") == 12
+    assert "0.0" not in out.splitlines()[1] and out.splitlines()[1].count("n/a") == 13
 
 
 def test_validate_against_recorded_starts(
@@ -207,7 +208,7 @@ def test_validate_against_recorded_starts(
         "--json",
     )  # fmt: skip
     assert code == 0, err
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["rows"]
     # fcfs on an empty 2 x 8 cluster starts every job at once; they waited 30, 600 and 0 s
     assert row["policy"] == "fcfs" and row["jobs"] == 3
     assert row["recorded_mean_wait_s"] == pytest.approx(210.0)

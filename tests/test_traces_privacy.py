@@ -281,8 +281,7 @@ def test_cli_attack_prints_the_configured_policy(campus, tmp_path, capsys):
     args = ["--config", str(config), "--warehouse", str(wh.root), "trace", "attack"]
     window = ["--since", "2017-11-01", "--until", "2017-11-08", "--only-configured"]
     assert main([*args, *window, "--json"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    result = json.loads(line)
+    (result,) = json.loads(capsys.readouterr().out)["rows"]
     assert result["scenario"] == "as configured" and result["users_linked"] > 0
     assert main([*args, *window]) == 0
     header, row, legend = capsys.readouterr().out.splitlines()

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from sing.config import Config
 from sing.errors import UserError
 from sing.progress import Progress
+from sing.tables import print_json
 from traces import aggregates, linkage
 from traces.export import export_trace
 from traces.importers import FORMATS, import_trace
@@ -123,8 +124,7 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
             results.append(linkage.evaluate(wh, args.since, args.until, option, key, name, public))
         progress.update(len(results))
     if args.json:
-        for result in results:
-            print(json.dumps(result.as_dict()))
+        print_json(result.as_dict() for result in results)
         return 0
     print(
         f"{'policy':<28} {'jobs':>7} {'left out':>8} {'users':>5} {'users linked':>14} "
