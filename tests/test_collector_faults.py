@@ -9,9 +9,12 @@ import random
 import signal
 import stat
 import time
+from collections.abc import Collection
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from collector.selfmetrics import SelfMetrics
 from collector.writer import BufferedWriter
@@ -25,6 +28,7 @@ from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixtur
     wait_for,
     write_config,
 )
+from warehouse import delta
 from warehouse.store import Warehouse
 
 
@@ -137,8 +141,11 @@ def test_unwritable_warehouse_buffers_drops_oldest_and_recovers(
 class ReadOnlyWarehouse:
     """A warehouse whose disk refuses every write, as `append` meets a full or read-only disk."""
 
-    def append(self, name: str, batch: pa.Table) -> int:
+    def append(self, name: str, batch: pa.Table, batch_ids: Collection[str] = ()) -> int:
         raise OSError(30, "Read-only file system")
+
+    def landed(self, name: str, batch_ids: Collection[str]) -> set[str]:
+        return set()  # nothing was ever written
 
 
 def test_a_full_buffer_drops_old_telemetry_but_never_a_health_change() -> None:
@@ -148,5 +155,38 @@ def test_a_full_buffer_drops_old_telemetry_but_never_a_health_change() -> None:
     writer.write({"health_samples": health, "gpu_samples": pa.table({"util": [0.5] * 3})})
     for _ in range(3):  # three more rounds of telemetry while the disk stays read-only
         writer.write({"gpu_samples": pa.table({"util": [0.5] * 3})})
-    kept = [name for name, _ in writer._pending]
+    kept = [name for name, _, _ in writer._pending]
     assert kept == ["health_samples", "gpu_samples"]  # the newest telemetry batch, the health row
+
+
+def gpu_batch(second: int) -> pa.Table:
+    ts = datetime(2026, 3, 1, 12, 0, second, tzinfo=UTC)
+    return pa.table({"ts": [ts] * 4, "node": ["n1"] * 4, "gpu_index": [0, 1, 2, 3]})
+
+
+@pytest.mark.parametrize("failing", ["log-fsync", "file-write"])
+def test_a_retried_round_stores_each_sample_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """An append that raised after its log entry was written (the fsync of the log failed) did
+    land: the retry must not store it again. One that failed before its commit did not: the
+    retry must store it."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("gpu_samples", gpu_batch(0))  # the table exists, as on a running site
+    real = delta.sync_log if failing == "log-fsync" else delta.write_files
+    calls = {"n": 0}
+
+    def once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(5, "Input/output error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(delta, real.__name__, once)
+    writer = BufferedWriter(wh, max_rows=1000, metrics=SelfMetrics())
+    writer.write({"gpu_samples": gpu_batch(1)})
+    writer.write({"gpu_samples": gpu_batch(2)})  # the next round retries what is buffered
+    con = wh.connect({"gpu_samples": None})
+    rows = con.execute("SELECT second(ts), count(*) FROM gpu_samples GROUP BY 1 ORDER BY 1")
+    assert rows.fetchall() == [(0, 4), (1, 4), (2, 4)]
+    assert writer.buffered_rows == 0

@@ -42,6 +42,10 @@ from warehouse.sql import q, source_sql, sql_list
 log = logging.getLogger(__name__)
 
 MICROS_PER_DAY = 86_400_000_000
+# Commit metadata naming the sample batches a commit holds (see `Warehouse.append`).
+BATCHES = "sing.batches"
+# How many of a table's newest commits `landed` reads: a retry comes a round or two later.
+RETRY_HISTORY = 64
 
 
 class Warehouse:
@@ -124,12 +128,16 @@ class Warehouse:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def append(self, name: str, data: pa.Table | pl.DataFrame) -> int:
+    def append(
+        self, name: str, data: pa.Table | pl.DataFrame, batch_ids: Collection[str] = ()
+    ) -> int:
         """Write one batch as one commit; returns rows written.
 
         Samples are split by UTC day (one file per day the batch touches, all in one commit);
         records get `recorded_at` = now where missing and are merged on their key, so
-        re-sending a record replaces the older version.
+        re-sending a record replaces the older version. `batch_ids` name the sample batches
+        the commit holds, so a writer that retries after an error can ask which of them did
+        land (`landed`): samples have no key, and one landed twice would count twice.
         """
         spec = table(name)
         batch = conform(spec, data)
@@ -144,11 +152,21 @@ class Warehouse:
         if spec.is_samples:
             parts = list(split_by_day(batch, spec.time_column))  # type: ignore[arg-type]
             actions = delta.write_files(self.table_dir(name), parts, spec.time_column)
-            delta.commit(dt, actions, "append")
+            delta.commit(dt, actions, "append", **{BATCHES: ",".join(batch_ids)})
         else:
             with self.table_lock(name):
                 delta.merge(dt, newest_per_key(batch, spec.key), spec.key)
         return batch.num_rows
+
+    def landed(self, name: str, batch_ids: Collection[str]) -> set[str]:
+        """Which of these sample batches a recent commit of the table holds: an append that
+        raised after its log entry was written (an fsync that failed) did land."""
+        dt = delta.open_table(self.table_dir(name))
+        if dt is None:
+            return set()
+        recent = dt.history(limit=RETRY_HISTORY)
+        found = {i for entry in recent for i in str(entry.get(BATCHES, "")).split(",")}
+        return found & set(batch_ids)
 
     # ---- reading -------------------------------------------------------------------------
 
