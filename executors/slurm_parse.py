@@ -71,8 +71,14 @@ class JobState:
 
     @property
     def name(self) -> str:
-        """The record's state: COMPLETING while the epilog holds the GPUs, else the base."""
-        return COMPLETING if COMPLETING in self.flags else self.base
+        """The record's state: COMPLETING while the epilog holds the GPUs; REQUEUED for the run
+        of a job pending again after a requeue (Slurm 24.11's sacct gives that run, start and
+        end set, as ["PENDING", "REQUEUED"]; 22.05 as "REQUEUED"); else the base."""
+        if COMPLETING in self.flags:
+            return COMPLETING
+        if self.base == "PENDING" and "REQUEUED" in self.flags:
+            return "REQUEUED"
+        return self.base
 
     @property
     def holding(self) -> bool:
@@ -417,7 +423,7 @@ def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]
     for job in jobs:
         job_id = str(job.number("job_id"))
         state = job.state("state.current")
-        if state.holding or state.base == "PENDING":
+        if state.holding or state.name == "PENDING":
             continue
         if job_id not in exits:
             raise UserError(f"sacct -P output has no line for job {job_id}; truncated?")

@@ -42,6 +42,7 @@ import pytest
 from tests import daemons
 from tests.debian import IN_CI, ensure_packages
 from tests.ports import free_port_block, free_ports
+from tests.slurm_release import Release, release
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -186,17 +187,18 @@ def scratch(prefix: str) -> Path:
 def running(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     """The cluster up with $SLURM_CONF pointing at it; afterwards down, $SLURM_CONF restored
     and its directory removed."""
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)
+    saved = {name: os.environ.get(name) for name in ("SLURM_CONF", "PATH")}
+    os.environ.update(SLURM_CONF=str(cluster.conf), PATH=cluster.path)
     try:
         cluster.up()
         yield cluster
     finally:
         cluster.down()
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(cluster.base, ignore_errors=True)
 
 
@@ -212,12 +214,15 @@ class SlurmCluster:
         gpu_job_mapping: bool = False,
         first_job_id: int | None = None,
         owned: bool = True,
+        slurm: str = "22.05",
     ) -> None:
         self.base = Path(base).resolve()
         self.conf = self.base / "etc" / "slurm.conf"
         self.jobs_dir = self.base / "jobs"
         self.gpu_job_mapping = gpu_job_mapping
         self.first_job_id = first_job_id
+        self.release: Release = release(slurm)  # tests/slurm_release.py
+        self.bin_dir = self.release.client_dir(self.base)
         self._mark = daemons.owner_mark(str(self.base)) if owned else None
         self._daemons: dict[str, subprocess.Popen] = {}  # name -> its process, in start order
 
@@ -227,8 +232,15 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment for Slurm client commands (sbatch, squeue, sacct) against this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """Environment for Slurm client commands (sbatch, squeue, sacct) against this cluster:
+        the release's clients first on PATH."""
+        return {**os.environ, "SLURM_CONF": str(self.conf), "PATH": self.path}
+
+    @property
+    def path(self) -> str:
+        """$PATH with this release's client commands first."""
+        path = os.environ.get("PATH", os.defpath)
+        return path if self.bin_dir is None else f"{self.bin_dir}{os.pathsep}{path}"
 
     def up(self) -> None:
         daemons.reap_orphans()
@@ -301,7 +313,8 @@ class SlurmCluster:
             "slurmd1": slurmd + len(NODES) - 1,
             "gpus": GPUS_PER_NODE,
         }
-        extra = MAPPING_CONF.format(**values) if self.gpu_job_mapping else ""
+        extra = self.release.conf_lines()
+        extra += MAPPING_CONF.format(**values) if self.gpu_job_mapping else ""
         if self.first_job_id is not None:
             extra += f"FirstJobId={self.first_job_id}\n"
         self.conf.write_text(SLURM_CONF.format(**values, extra=extra))
@@ -327,9 +340,8 @@ class SlurmCluster:
         run = self.base / "run" / "munge"
         key = self.base / "etc" / "munge.key"
         key.write_bytes(os.urandom(1024))
-        shutil.chown(key, "munge", "munge")
         key.chmod(0o400)
-        shutil.chown(run, "munge", "munge")
+        _check(self._root(["chown", "munge:munge", str(key), str(run)]))  # the release's munge
         self._daemon(
             "munged",
             [
@@ -339,7 +351,7 @@ class SlurmCluster:
                 f"--seed-file={run}/munged.seed",
             ],
         )  # fmt: skip
-        answering = ["munge", f"--socket={run}/munge.socket.2", "--no-input"]
+        answering = self._root(["munge", f"--socket={run}/munge.socket.2", "--no-input"])
         self._wait(lambda: self._ok(answering), "munged answering")
 
     def _start_mariadb(self) -> None:
@@ -353,7 +365,11 @@ class SlurmCluster:
                     "--skip-test-db",
                 ]
             )  # fmt: skip
-        self._daemon("mariadbd", ["/usr/sbin/mariadbd", f"--defaults-file={self.base}/etc/my.cnf"])
+        # The host's MariaDB for every release: Debian 13's slurmdbd 24.11 cannot use Debian 13's
+        # MariaDB 11.8 (fatal: _check_mysql_concat_is_sane, client error 5027), but works
+        # with Debian 12's 10.11 over TCP.
+        command = ["/usr/sbin/mariadbd", f"--defaults-file={self.base}/etc/my.cnf"]
+        self._daemon("mariadbd", command, in_root=False)
         sock = f"--socket={mysql}/run/mysqld.sock"
         self._wait(lambda: self._ok(["mariadb-admin", sock, "ping"]), "MariaDB answering")
         sql = (
@@ -366,6 +382,7 @@ class SlurmCluster:
         commands = [["sacctmgr", "-i", "add", "account", TEST_ACCOUNT]]
         for user in (TEST_USER, TEST_USER2):
             _ensure_user(user)
+            self.release.add_users(user)
             account = f"DefaultAccount={TEST_ACCOUNT}"
             commands.append(["sacctmgr", "-i", "add", "user", user, account])
         for command in commands:
@@ -373,10 +390,16 @@ class SlurmCluster:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _daemon(self, name: str, command: list[str]) -> None:
-        """Start a daemon in the foreground, in its own process group, output in log/NAME.out."""
+    def _daemon(self, name: str, command: list[str], in_root: bool = True) -> None:
+        """Start a daemon in the foreground, in its own process group, output in log/NAME.out;
+        `in_root`: the release's own daemon (for 24.11, run inside its root)."""
         log = self.base / "log" / f"{name}.out"
-        self._daemons[name] = daemons.spawn(command, log, self.env, self._mark)
+        argv = self._root(command) if in_root else command
+        self._daemons[name] = daemons.spawn(argv, log, self.env, self._mark)
+
+    def _root(self, command: list[str]) -> list[str]:
+        """`command` as the release runs root's commands (for 24.11: inside its root)."""
+        return self.release.command(self.base, command)
 
     def _ok(self, command: list[str], expect: str = "") -> bool:
         result = subprocess.run(command, env=self.env, capture_output=True, text=True)

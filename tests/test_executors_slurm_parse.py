@@ -192,6 +192,19 @@ def test_a_requeued_jobs_ended_run_stands_while_its_next_run_waits():
     assert (record.state, record.num_gpus, record.end_time) == ("REQUEUED", 2, at(1796000670))
 
 
+def test_slurm_24_11_gives_the_requeued_run_as_pending_with_a_flag():
+    """24.11's `sacct --json --duplicates` after `scontrol requeue`, as seen on Debian 13's
+    24.11.5 (tests/test_slurm_versions.py): one record, ["PENDING", "REQUEUED"], start and end
+    set. It is the run that ended, not a pending job."""
+    raw = json.loads(SACCT)
+    (run,) = [job for job in raw["jobs"] if job["job_id"] == 1]
+    run["state"] = {"current": ["PENDING", "REQUEUED"], "reason": "None"}
+    raw["jobs"] = [run]
+    line = "1|singtest|0:0|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2\n"
+    (record,) = parse_sacct(json.dumps(raw), line, "campus")
+    assert (record.state, record.end_time) == ("REQUEUED", at(1796000670))
+
+
 def test_a_requeued_jobs_next_run_replaces_the_ended_one():
     """Running again, the job is squeue's (`running`), as any running job; its ended run must
     not stand as finished, or a sync would drop the running record as already done."""

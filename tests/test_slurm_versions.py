@@ -1,0 +1,89 @@
+"""sing's Slurm executor against every Slurm release tests/slurm_release.py provides.
+
+On Debian 13's Slurm 24.11 this module runs tests/test_executors_slurm.py's tests unchanged
+(imported below, so there is one copy of them): jobs submitted through `SlurmExecutor.submit` as
+root and as an ordinary user, read back from `squeue --json`, `sacct --json` and `sacct -P`,
+GPU counts and per-node indices, a cancel, a time-out, a sync into a warehouse. That module
+runs them on 22.05. A requeue, which it does not cover, runs here on both releases.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from executors.profile import parse_profile
+from executors.slurm import SlurmExecutor
+from tests.slurm_harness import SlurmCluster, running, scratch
+from tests.slurm_release import RELEASES
+from tests.test_executors_slurm import (  # noqa: F401  collected here against 24.11
+    SETTINGS,
+    _submit_and_observe,
+    as_user,
+    test_declared_dependencies_travel_with_the_record,
+    test_gpu_rows_seen_while_running_get_the_end_time,
+    test_inventory_lists_the_nodes_gres_and_partition,
+    test_records_match_what_was_submitted,
+    test_refused_submission_is_a_clear_error,
+    test_resync_adds_no_duplicates,
+    test_run_time_limits_and_timeout,
+    test_running_jobs_have_per_node_gpu_indices,
+    wait_for,
+)
+from warehouse.store import Warehouse
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def cluster(request):
+    with running(SlurmCluster(scratch("sing-slurmv-"), slurm=request.param)) as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def run(cluster, tmp_path_factory):
+    if cluster.release.name == "22.05":
+        pytest.skip("tests/test_executors_slurm.py runs these on 22.05")
+    return _submit_and_observe(cluster, Warehouse(tmp_path_factory.mktemp("wh")))
+
+
+def test_the_release_is_the_one_asked_for(cluster):
+    out = subprocess.run(["sinfo", "--version"], env=cluster.env, capture_output=True, text=True)
+    package, version = out.stdout.split()  # "slurm-wlm 24.11.5" (Debian's name)
+    assert package.startswith("slurm") and version.startswith(cluster.release.name + ".")
+
+
+def test_a_requeued_job_runs_again_and_is_read_back(cluster):
+    """24.11's sacct without --duplicates gives a requeued job's new PENDING record alone
+    (tests/executors_data/slurm-24.11/sacct-requeued*); sing asks for every run."""
+    admin = SlurmExecutor("campus", SETTINGS)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    text = "name: requeued\ngpus_per_node: 2\nentry: {commands: 'sleep 300'}\n"
+    job = SlurmExecutor("campus", SETTINGS, as_user("root", cluster)).submit(
+        parse_profile(text, "requeued.yaml", SETTINGS)
+    )
+
+    def running_record():
+        return next((r for r in admin.running() if r.job_id == job), None)
+
+    first = wait_for(running_record, "the job to run", 30)
+    subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True)
+    # Slurm holds a requeued job back for a while before it may start again; it is pending.
+    wait_for(lambda: running_record() is None, "the requeued job to leave the running set", 30)
+    rows = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "--duplicates", "-j", job, "-o", "JobIDRaw,State"],
+        env=cluster.env, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert f"{job}|REQUEUED" in rows
+
+    def requeued_run():
+        runs = [r for r in admin.finished(since) if r.job_id == job and r.state == "REQUEUED"]
+        return runs[0] if runs else None
+
+    last = wait_for(requeued_run, "the requeued run in sacct", 30)
+    admin.cancel(job)
+    assert (first.num_gpus, last.num_gpus) == (2, 2) and last.name == "requeued"
+    assert last.start_time == first.start_time and last.end_time >= last.start_time
