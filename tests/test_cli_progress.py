@@ -82,7 +82,7 @@ def test_simulate_counts_policies_on_a_terminal(tmp_path: Path) -> None:
     trace.write_text(TRACE)
     args = ("simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4")
     code, stdout, terminal = on_terminal(*args, "--policy", "fcfs,sjf")
-    assert code == 0 and stdout.split()[:2] == ["policy", "assigned"]
+    assert code == 0 and stdout.split()[:2] == ["policy", "jobs"]
     assert "simulate: 0/2 policies (0 %)" in terminal and "fcfs, 3 jobs" in terminal
     assert "simulate: 1/2 policies (50 %)" in terminal and "sjf, 3 jobs" in terminal
     assert "simulate: 2/2 policies (100 %)" in terminal

@@ -51,14 +51,20 @@ def test_the_sing_cli_uses_only_what_it_is_given(tmp_path):
     assert sing_variables(os.environ) == ["SING_HYPOTHESIS_PROFILE"]
     config = tmp_path / "sing.toml"
     config.write_text('[site]\\nwarehouse = "own-warehouse"\\n')
-    for args in (["--config", str(config)], ["--warehouse", str(tmp_path / "wh")]):
+    for args, own in ((["--config", str(config)], "own-warehouse"),
+                      (["--warehouse", str(tmp_path / "wh")], "wh")):
+        result = subprocess.run(
+            [*SING, *args, "warehouse", "sql", "select 41 + 1"],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # a read command: it names the missing warehouse it was given, and creates none
+        assert result.returncode == 1 and f"no warehouse at {tmp_path / own} " in result.stderr
+        (tmp_path / own).mkdir()
         result = subprocess.run(
             [*SING, *args, "warehouse", "sql", "select 41 + 1"],
             capture_output=True, text=True, cwd=tmp_path,
         )
         assert result.returncode == 0, result.stderr
         assert "42" in result.stdout
-    assert (tmp_path / "own-warehouse").is_dir() and (tmp_path / "wh").is_dir()
     assert not BOGUS.exists()
 
 '''

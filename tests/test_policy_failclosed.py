@@ -111,6 +111,7 @@ def test_a_real_ladder_without_a_channel_to_owners_refuses_to_start(tmp_path, ca
         policy_job(Config.load(config), None)
     # dry run (the default) needs no channel: check and a dry round still run
     config.write_text(config.read_text().replace("dry_run = false\nsmtp", "smtp"))
+    (tmp_path / "wh").mkdir()  # a round reads the warehouse: a missing one is an error
     assert main(["--config", str(config), "policy", "run"]) == 0
 
 
