@@ -138,7 +138,7 @@ records_file = "jobs.json"
                 seed=self.o.seed,
                 end=now_utc() - HISTORY_GAP,
             )
-            end_unfinished(wh, Warehouse(self.warehouse).newest_time("gpu_samples"))
+            end_unfinished(wh, wh.newest_time("gpu_samples"))
 
     def first_job_id(self) -> int:
         con = Warehouse(self.warehouse).connect()

@@ -141,7 +141,7 @@ def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
     needs no upgrade step (warehouse/migrations.py), but a merge keeps only the columns of the
     table's Delta schema, and a Delta reader (Spark, Trino) sees only those; so the first write
     adds them, all nullable. Another writer adding them first is a conflict: refresh, recheck."""
-    for _ in range(MERGE_ATTEMPTS):
+    for attempt in range(1, MERGE_ATTEMPTS + 1):
         have = {field.name for field in dt.schema().fields}
         new = [field for field in schema if field.name not in have]
         if not new:
@@ -152,11 +152,12 @@ def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
                 post_commithook_properties=NO_HOOKS,
             )
         except (CommitFailedError, DeltaError):
+            if attempt == MERGE_ATTEMPTS:
+                raise  # not a race another writer won: the error itself says what
             dt.update_incremental()
             continue
         sync_log(dt)
         return
-    raise RuntimeError(f"{dt.table_uri}: could not add columns {[f.name for f in new]}")
 
 
 def table_schema(schema: pa.Schema, partitioned: bool) -> pa.Schema:
