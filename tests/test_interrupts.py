@@ -11,12 +11,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
+
+from warehouse.files import uninterrupted
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SING_")}
 END = "2026-03-04T00:00:00+00:00"
@@ -152,6 +155,26 @@ def with_jobs(complete: Path, root: Path) -> None:
         duckdb.sql(f"COPY (SELECT * FROM read_parquet({files})) TO '{path}' (FORMAT parquet)")
         done = sing("warehouse", "import", name, str(path), "--warehouse", str(root))
         assert done.returncode == 0, done.stderr
+
+
+def test_an_interrupt_that_another_thread_receives_comes_after_the_steps() -> None:
+    """A Ctrl-C reaches whichever thread does not mask it (delta-rs and Arrow run their own);
+    the steps inside still all run before it is raised (the CI failure of stop 35)."""
+    steps: list[str] = []
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        with pytest.raises(KeyboardInterrupt), uninterrupted():
+            signal.pthread_kill(worker.ident, signal.SIGINT)
+            time.sleep(0.2)  # the main thread runs Python's handler after this, if not held
+            steps.append("commit")
+            steps.append("record")
+    finally:
+        stop.set()
+        worker.join()
+    assert steps == ["commit", "record"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.8, 1.6, 2.4])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,12 +67,23 @@ def remove_stale_temporaries(directory: Path, suffix: str, older_than_s: float) 
 @contextmanager
 def uninterrupted() -> Iterator[None]:
     """Hold off Ctrl-C (SIGINT, and SIGTERM) while a few steps that belong together run, so an
-    interrupt comes after all of them, never between two (a commit and its record). Signals
-    reach Python in the main thread only, so this holds there; in another thread it is a no-op
-    for the interrupt and the steps just run."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    interrupt comes after all of them, never between two (a commit and its record).
+
+    The handlers are swapped rather than the signals masked: a mask holds for one thread only,
+    and a signal sent to the process reaches any thread that does not mask it (delta-rs and
+    Arrow run their own), whose C handler then has Python raise in the main thread anyway.
+    Python runs signal handlers in the main thread only, so elsewhere this is a no-op and the
+    steps just run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])  # now, to the handler that was there before
