@@ -211,6 +211,11 @@ records_file = "jobs.json"
         if self.o.dashboard:
             print(f"sing demo: dashboard at http://127.0.0.1:{self.o.dashboard_port}", flush=True)
         print(f"sing demo: files in {self.home}; Ctrl-C stops everything", flush=True)
+        print(
+            f"sing demo: ask it from another shell: sing --config {self.config} report idle "
+            "--running (or any sing command)",
+            flush=True,
+        )
         deadline = time.monotonic() + self.o.duration_s if self.o.duration_s else None
         try:
             while not self.stop.wait(1.0):

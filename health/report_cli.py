@@ -7,7 +7,6 @@ and `health.drain.candidates` (docs/health.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +14,7 @@ from accounting.periods import FORMS
 from health import drain, failures
 from health.settings import HealthSettings
 from sing.config import Config
-from sing.tables import Column, percent, render
+from sing.tables import Column, percent, print_json, render
 from warehouse.reports_cli import NOW_HELP, iso_time, report_now, report_window
 from warehouse.store import Warehouse
 
@@ -66,8 +65,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
     found = failures.report(failures.snapshot(wh), since, until, report_now(wh, args.now))
     if args.json:
-        json.dump(found, sys.stdout, default=str)
-        print()
+        print_json(found.pop("causes"), **found)
         return 0
     w = found["window"]
     print(f"Jobs that ended {w['since']:%Y-%m-%d %H:%M} to {w['until']:%Y-%m-%d %H:%M} UTC")
@@ -144,8 +142,7 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     unsettled = any(r["done"] == drain.UNSETTLED for r in outcome["reconciled"])
     status = 0 if all(row["ok"] for row in outcome["nodes"]) and not unsettled else 1
     if args.json:
-        json.dump(outcome, sys.stdout, default=str)
-        print()
+        print_json(outcome.pop("nodes"), **outcome)
         return status
     for settled in outcome["reconciled"]:
         print(

@@ -81,7 +81,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        # Every warehouse write commits whole or not at all (docs/warehouse.md), so what the
+        # interrupt cut short (loading the command's modules, or the command) left no trace,
+        # and running the command again finishes it.
+        print(
+            "sing: interrupted; what was not finished was not written (run it again)",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(_command_in(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -105,14 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"sing: {err}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1
-    except KeyboardInterrupt:
-        # Every warehouse write commits whole or not at all (docs/warehouse.md), so what the
-        # interrupt cut short left no trace, and running the command again finishes it.
-        print(
-            "sing: interrupted; what was not finished was not written (run it again)",
-            file=sys.stderr,
-        )
-        return 128 + signal.SIGINT
     except PermissionError as err:
         print(
             f"sing: {_os_error(err)}; ask for access, or give another --warehouse", file=sys.stderr

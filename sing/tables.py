@@ -131,6 +131,11 @@ def window_text(since: datetime | None, until: datetime | None) -> str:
 
 def print_json(rows: Iterable[Mapping[str, Any]], **extra: Any) -> None:
     """The one `--json` envelope of every command, {"rows": [...], ...}, so a script reads every
-    command the same way (docs/analytics.md)."""
-    json.dump({"rows": list(rows), **extra}, sys.stdout, default=str)
+    command the same way (docs/analytics.md). Times are ISO 8601; what JSON lacks (decimals,
+    durations) is written as text."""
+    json.dump({"rows": list(rows), **extra}, sys.stdout, default=_json_value)
     print()
+
+
+def _json_value(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime | date) else str(value)

@@ -95,6 +95,11 @@ def test_jobs_list_by_user_and_since(root: Path) -> None:
         ["policy", "log"],
         ["policy", "check"],
         ["incident", "list"],
+        ["job", "wide", "--now", NOW],
+        ["report", "workload", "--now", NOW],
+        ["health", "report", "--now", NOW],
+        ["health", "drain", "--dry-run", "--now", NOW],
+        ["warehouse", "sql", "SELECT 1 AS one"],
     ],
 )
 def test_every_json_is_one_envelope_of_rows(root: Path, argv: list[str]) -> None:
@@ -102,6 +107,20 @@ def test_every_json_is_one_envelope_of_rows(root: Path, argv: list[str]) -> None
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert isinstance(out, dict) and isinstance(out["rows"], list)
+
+
+def test_the_envelope_holds_the_rows_each_command_shows(root: Path) -> None:
+    """`sing job`'s one row is the job; SQL rows come with their columns in order; times are
+    ISO 8601 everywhere."""
+    (job,) = json.loads(sing(root, "job", "wide", "--now", NOW, "--json").stdout)["rows"]
+    assert (job["job_id"], job["num_nodes"], job["nodes"]) == ("wide", 2, ["gpu01", "gpu02"])
+    query = "SELECT job_id, start_time FROM jobs ORDER BY job_id"
+    out = json.loads(sing(root, "warehouse", "sql", query, "--json").stdout)
+    assert out["columns"] == ["job_id", "start_time"]
+    assert [r["job_id"] for r in out["rows"]] == ["old", "small", "wide"]
+    assert all("T" in r["start_time"] for r in out["rows"])
+    causes = json.loads(sing(root, "health", "report", "--now", NOW, "--json").stdout)
+    assert sum(r["jobs"] for r in causes["rows"]) == causes["jobs"]
 
 
 def test_jobs_json_rows_are_the_records(root: Path) -> None:

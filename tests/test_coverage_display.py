@@ -59,7 +59,7 @@ def sing(site: tuple[Path, Path], *args: str) -> str:
 
 
 def test_sing_job_gives_the_coverage_beside_the_utilisation(site: tuple[Path, Path]) -> None:
-    half = json.loads(sing(site, "job", "half", "--json"))
+    half = json.loads(sing(site, "job", "half", "--json"))["rows"][0]
     assert half["coverage"] == pytest.approx(0.5)  # 8 x 120 of 16 x 120 samples
     assert half["mean_util"] == pytest.approx(0.01)  # the figure itself stays as it was
     assert half["notes"][0].startswith("These figures rest on part of the job's data: 50%")
@@ -69,7 +69,7 @@ def test_sing_job_gives_the_coverage_beside_the_utilisation(site: tuple[Path, Pa
 
 
 def test_a_fully_sampled_job_shows_no_coverage_words(site: tuple[Path, Path]) -> None:
-    whole = json.loads(sing(site, "job", "whole", "--json"))
+    whole = json.loads(sing(site, "job", "whole", "--json"))["rows"][0]
     assert whole["coverage"] == pytest.approx(1.0)
     assert not any("part of the job's data" in note for note in whole["notes"])
     assert "expected samples" not in sing(site, "job", "whole")
@@ -80,7 +80,7 @@ def test_the_interval_is_the_sites(site: tuple[Path, Path], tmp_path: Path) -> N
     root, _ = site
     out = run_sing("--warehouse", str(root), "job", "whole", "--json", "--now", NOW.isoformat())
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["coverage"] == pytest.approx(0.25)
+    assert json.loads(out.stdout)["rows"][0]["coverage"] == pytest.approx(0.25)
 
 
 def test_the_idle_report_flags_a_job_under_min_coverage(site: tuple[Path, Path]) -> None:

@@ -68,7 +68,7 @@ def outcomes(wh: Warehouse) -> list[tuple[str, dict]]:
 
 
 def drained(result: subprocess.CompletedProcess) -> dict[str, str]:
-    return {row["node"]: row["done"] for row in json.loads(result.stdout)["nodes"]}
+    return {row["node"]: row["done"] for row in json.loads(result.stdout)["rows"]}
 
 
 def resume(tmp: Path, config: Path) -> None:
@@ -129,7 +129,7 @@ def test_a_cancel_trip_blocks_drains_without_a_new_trip(tmp_path: Path, hook) ->
     record(wh, [Event(NOW, CLUSTER, ACTION, TRIPPED, "policy", False, detail=why)])
     done = sing(tmp_path, configure(tmp_path, hook.url), "--json", env=slurm.env())
     assert set(drained(done).values()) == {"blocked"} and slurm.lines("drains") == []
-    assert "max_cancels_per_hour" in json.loads(done.stdout)["nodes"][0]["error"]
+    assert "max_cancels_per_hour" in json.loads(done.stdout)["rows"][0]["error"]
     assert [o for o, _ in outcomes(wh)] == [TRIPPED, *["drain_blocked"] * 3]
     assert hook.posts == []  # told when it tripped, not again
 

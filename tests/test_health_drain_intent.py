@@ -110,7 +110,7 @@ def test_sing_killed_after_the_drain_is_reconciled_as_drained_not_drained_again(
     shown = json.loads(done.stdout)
     (settled,) = shown["reconciled"]
     assert (settled["node"], settled["done"], settled["ok"]) == ("gpu-1", "drained", True)
-    (node,) = shown["nodes"]
+    (node,) = shown["rows"]
     assert node["done"].startswith("drained ") and node["done"].endswith("nothing newer")
     assert slurm.lines("drains") == ["drain gpu-1"]  # drained once, by the first run
     assert slurm.lines("queries") == ["sinfo gpu-1"]
@@ -151,7 +151,7 @@ def test_when_slurm_cannot_say_the_intent_stays_open_and_the_node_is_left_alone(
     shown = json.loads(unsure.stdout)
     (settled,) = shown["reconciled"]
     assert settled["done"] == "unknown" and "Unable to contact slurm controller" in settled["error"]
-    (node,) = shown["nodes"]
+    (node,) = shown["rows"]
     assert (node["done"], node["ok"]) == ("not drained", False)
     assert len(trail(wh)) == 1 and slurm.lines("drains") == ["drain gpu-1"]
     # Slurm answers again: the intent is settled, and the node is not drained a second time
@@ -166,7 +166,7 @@ def test_a_command_that_cannot_run_is_a_recorded_failed_drain(site, tmp_path: Pa
     (slurm.bin / "scontrol").chmod(0o644)
     done = sing(tmp_path, config, "--json", env=slurm.env())
     assert done.returncode == 1
-    (node,) = json.loads(done.stdout)["nodes"]
+    (node,) = json.loads(done.stdout)["rows"]
     assert node["done"] == "failed" and "scontrol could not run" in node["error"]
     (intent, outcome) = trail(wh)
     assert intent[0] == "drain_intent" and (outcome[0], outcome[1]) == ("drain", False)

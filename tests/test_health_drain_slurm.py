@@ -132,7 +132,7 @@ def test_the_local_executor_says_it_cannot_drain(tmp_path: Path) -> None:
     config = write_config(tmp_path, drain=True, dry_run=False, kind="local")
     done = sing(tmp_path, config, "--json")
     assert done.returncode == 1
-    (node,) = json.loads(done.stdout)["nodes"]
+    (node,) = json.loads(done.stdout)["rows"]
     assert node["done"] == "failed" and "local executor cannot drain gpu-1" in node["error"]
     (event,) = drains(wh)
     assert (event["ok"], event["dry_run"], event["channel"]) == (False, False, "local")
@@ -192,7 +192,7 @@ def test_dry_run_and_suggestions_drain_nothing(slurm: SlurmCluster, tmp_path: Pa
     config = write_config(tmp_path, drain=True, dry_run=True)  # permission, but a dry run
     done = sing(tmp_path, config, "--json", env=slurm.env)
     assert done.returncode == 0, done.stderr
-    (node,) = json.loads(done.stdout)["nodes"]
+    (node,) = json.loads(done.stdout)["rows"]
     assert (node["node"], node["done"]) == ("gpu-1", "dry run")
     (event,) = drains(wh)
     assert (event["dry_run"], event["ok"]) == (True, True)
@@ -232,7 +232,7 @@ def test_with_permission_the_node_over_a_limit_is_drained(
         assert detail["command"].startswith("scontrol update nodename=gpu-1 state=drain")
         # Once drained, a later run leaves the node to the admins until a reading changes.
         done = sing(tmp_path, config, "--json", env=slurm.env)
-        (node,) = json.loads(done.stdout)["nodes"]
+        (node,) = json.loads(done.stdout)["rows"]
         assert node["done"].startswith("drained ") and node["done"].endswith("nothing newer")
         assert len(drains(wh)) == 1
     finally:

@@ -159,7 +159,8 @@ def test_report_command_prints_tables_and_json(warehouse: Warehouse) -> None:
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["jobs"] == 14 and found["incidents"]["hardware"] == 2
-    assert found["window"]["since"].startswith("2026-11-01 00:00:00")
+    assert found["window"]["since"].startswith("2026-11-01T00:00:00")
+    assert [row["failure_class"] for row in found["rows"]] == list(FAILURE_CLASSES)
     done = sing(warehouse, "report", "--period", "2026-11")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -70,7 +70,7 @@ def contents(root: Path) -> dict[str, int]:
         str(root),
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
+    return json.loads(done.stdout)["rows"][0]
 
 
 def usage_kwh(root: Path) -> float:
@@ -175,6 +175,21 @@ def test_an_interrupt_that_another_thread_receives_comes_after_the_steps() -> No
         worker.join()
     assert steps == ["commit", "record"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_while_the_command_loads_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C before the command runs, while its modules (polars, DuckDB) load: the import
+    test's 0.8 s interrupt landed there on a loaded machine and printed a traceback."""
+    from sing import cli
+
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert cli.main(["warehouse", "sql", "SELECT 1"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err.startswith("sing: interrupted; ")
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.8, 1.6, 2.4])

@@ -239,7 +239,7 @@ def test_sing_job_json(wh: Warehouse, tmp_path: Path) -> None:
     config.write_text("[collector]\ninterval_s = 900\n")  # fully covered: no partial-data note
     out = run_sing("--config", str(config), "--warehouse", str(wh.root), "job", "lonely", "--json")
     assert out.returncode == 0, out.stderr
-    job = json.loads(out.stdout)
+    (job,) = json.loads(out.stdout)["rows"]
     assert job["job_id"] == "lonely" and job["num_nodes"] == 2
     assert job["gpu_hours"] == pytest.approx(16.0)
     assert job["rdma_bytes_per_node_hour"] == pytest.approx(8000.0)  # 8 x 1 kB x 2 / 2 h
@@ -271,7 +271,7 @@ def test_sing_job_custom_notes_file(wh: Warehouse, tmp_path: Path) -> None:
             "--config", str(config), "--warehouse", str(wh.root), "job", job_id, "--json"
         )
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["notes"] == notes
+        assert json.loads(out.stdout)["rows"][0]["notes"] == notes
 
     (tmp_path / "site" / "my-notes.toml").write_text('[[note]]\nsay = "no condition"\n')
     out = run_sing("--config", str(config), "--warehouse", str(wh.root), "job", "healthy")
@@ -291,6 +291,6 @@ def test_job_id_in_two_clusters_needs_a_cluster(tmp_path: Path) -> None:
     assert job["mean_util"] == pytest.approx(0.2) and len(job["per_gpu"]) == 1
     out = run_sing("--warehouse", str(wh.root), "job", "7", "--cluster", "a", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["mean_util"] == pytest.approx(0.8)
+    assert json.loads(out.stdout)["rows"][0]["mean_util"] == pytest.approx(0.8)
     with pytest.raises(UserError, match="no job 7 of cluster c in the warehouse"):
         job_report(wh.connect(), "7", Thresholds(), [], at(24), cluster="c")

@@ -446,7 +446,7 @@ def test_node_inventory_comes_from_the_exporters_and_sinfo(real: RealRun) -> Non
 def test_sing_job_shows_the_scripted_use(real: RealRun, key: str) -> None:
     spec, job_id = BY_KEY[key], real.ids[key]
     gpus = spec.nodes * spec.gpus_per_node
-    job = real.sing("job", job_id)
+    (job,) = real.sing("job", job_id)["rows"]
     assert (job["job_id"], job["user"], job["num_nodes"], job["num_gpus"]) == (
         job_id, spec.user, spec.nodes, gpus,
     )  # fmt: skip

@@ -193,7 +193,7 @@ def test_cli_import_then_sql_json(tmp_path: Path) -> None:
     query = "SELECT job_id, nodes, start_time, num_gpus FROM jobs ORDER BY job_id"
     done = sing("--warehouse", str(root), "warehouse", "sql", query, "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [
+    assert json.loads(done.stdout)["rows"] == [
         {"job_id": "101", "nodes": ["node01", "node02"], "start_time": "2026-01-05T10:00:00+00:00"}
         | {"num_gpus": 16},
         {"job_id": "102", "nodes": ["node03"], "start_time": "2026-01-05T10:06:30+00:00"}

@@ -4,6 +4,7 @@ but not write. Writers say in one line that the warehouse is read-only here."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,7 +60,8 @@ def job_id(root: Path) -> str:
         "warehouse", "sql", "SELECT max(job_id) FROM jobs", "--json", "--warehouse", str(root)
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout.split('"')[-2]
+    (row,) = json.loads(done.stdout)["rows"]
+    return row["max(job_id)"]
 
 
 def read_commands(root: Path, out: Path) -> list[list[str]]:

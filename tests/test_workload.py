@@ -118,7 +118,7 @@ def load(source: dict, scale: str, kind: str) -> dict[int, float]:
 
 def test_the_clusters_distributions_match_the_hand_worked_figures(site) -> None:
     root, _ = site
-    cluster = workload(root, *window())["sources"][0]
+    cluster = workload(root, *window())["rows"][0]
     assert cluster["name"] == "campus"
     assert cluster["counts"] == {"jobs": 6, "gpu_jobs": 5, "cpu_only": 1, "never_started": 1}
     s = stats(cluster)
@@ -140,7 +140,7 @@ def test_the_clusters_distributions_match_the_hand_worked_figures(site) -> None:
 
 def test_the_clusters_load_by_hour_and_weekday(site) -> None:
     root, _ = site
-    cluster = workload(root, *window())["sources"][0]
+    cluster = workload(root, *window())["rows"][0]
     assert load(cluster, "hour", "offered") == {9: 8, 10: 12, 23: 2}
     assert load(cluster, "weekday", "offered") == {1: 12, 2: 2, 3: 8}
     assert load(cluster, "hour", "running") == {0: 2, 1: 0.5, 10: 13, 11: 6, 12: 1, 23: 0.5}
@@ -152,9 +152,9 @@ def test_the_clusters_load_by_hour_and_weekday(site) -> None:
 def test_an_imported_release_beside_the_cluster(site) -> None:
     root, release = site
     report = workload(root, *window(), "--trace", str(release))
-    names = [s["name"] for s in report["sources"]]
+    names = [s["name"] for s in report["rows"]]
     assert names == ["campus", "helios-mini"]
-    trace = report["sources"][1]
+    trace = report["rows"][1]
     assert trace["counts"] == {"jobs": 5, "gpu_jobs": 4, "cpu_only": 1, "never_started": 1}
     s = stats(trace)
     assert (s["run_s"]["jobs"], s["run_s"]["mean"]) == (3, 7800)
@@ -171,11 +171,11 @@ def test_an_imported_release_beside_the_cluster(site) -> None:
 
 def test_one_cluster_or_all(site) -> None:
     root, _ = site
-    lab = workload(root, *window()[:-1], "lab")["sources"][0]
+    lab = workload(root, *window()[:-1], "lab")["rows"][0]
     assert lab["name"] == "lab"
     assert lab["counts"] == {"jobs": 1, "gpu_jobs": 0, "cpu_only": 1, "never_started": 0}
     assert stats(lab)["run_s"]["jobs"] == 0 and stats(lab)["run_s"]["p50"] is None
-    every = workload(root, *window()[:-2])["sources"][0]
+    every = workload(root, *window()[:-2])["rows"][0]
     assert every["counts"] == {"jobs": 7, "gpu_jobs": 5, "cpu_only": 2, "never_started": 1}
 
 
@@ -204,7 +204,7 @@ def test_a_release_from_a_secret_time_origin_has_no_hour_or_weekday(site, tmp_pa
     out = run_sing("--warehouse", str(root), "trace", "export", "--since", MON.isoformat(),
                    "--until", (MON + 7 * 24 * H).isoformat(), "--out", str(release))  # fmt: skip
     assert out.returncode == 0, out.stderr
-    trace = workload(root, "--no-cluster", "--trace", str(release))["sources"][0]
+    trace = workload(root, "--no-cluster", "--trace", str(release))["rows"][0]
     assert trace["load"] is None and "secret origin" in trace["note"]
     assert trace["counts"]["jobs"] == pq.read_metadata(release / "jobs.parquet").num_rows
 

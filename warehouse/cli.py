@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
-from datetime import date, datetime
 from pathlib import Path
 
 import duckdb
 
 from sing.config import Config
 from sing.errors import UserError
-from sing.tables import render_query
+from sing.tables import print_json, render_query
 from warehouse.importer import import_file
 from warehouse.schema import TABLES
 from warehouse.store import Warehouse
@@ -33,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     sql = sub.add_parser("sql", help="run a read-only SQL query over the warehouse views")
     sql.add_argument("query")
-    sql.add_argument("--json", action="store_true", help="print rows as a JSON list")
+    sql.add_argument("--json", action="store_true", help='print {"rows": [...], "columns": [...]}')
     sql.set_defaults(func=cmd_sql)
 
     compact = sub.add_parser("compact", help="merge small files, build rollups, apply retention")
@@ -58,8 +55,7 @@ def cmd_sql(args: argparse.Namespace, config: Config) -> int:
     con = open_warehouse(args, config).connect()
     rows, columns = run_read_only(con, args.query)
     if args.json:
-        json.dump([dict(zip(columns, r, strict=True)) for r in rows], sys.stdout, default=_jsonable)
-        print()
+        print_json((dict(zip(columns, r, strict=True)) for r in rows), columns=columns)
     else:
         print(render_query(columns, rows))
     return 0
@@ -98,9 +94,3 @@ def cmd_compact(args: argparse.Namespace, config: Config) -> int:
         removed = wh.apply_retention(args.retention_days)
         print(f"dropped {len(removed)} raw day directories")
     return 0
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    return str(value)

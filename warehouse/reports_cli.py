@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -470,16 +469,11 @@ def cmd_workload(args: argparse.Namespace, config: Config) -> int:
     profiles += [workload.from_trace(path) for path in args.trace]
     profiles = workload.unique_names(profiles)
     if args.json:
-        json.dump(
-            {
-                "window": {"since": since, "until": until},
-                "metrics": [vars(m) for m in workload.METRICS],
-                "sources": [p.as_dict() for p in profiles],
-            },
-            sys.stdout,
-            default=str,
+        tables.print_json(
+            (p.as_dict() for p in profiles),
+            window={"since": since, "until": until},
+            metrics=[vars(m) for m in workload.METRICS],
         )
-        print()
         return 0
     print(workload_text(profiles))
     return 0
@@ -569,8 +563,7 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         needs=site_coverage(config),
     )
     if args.json:
-        json.dump(job, sys.stdout, default=str)
-        print()
+        tables.print_json([job])
     else:
         print(render(job))
     return 0

@@ -321,7 +321,8 @@ def generate_whole(root: Path, **options) -> dict[str, int]:
                     os.replace(table_dir, root / table_dir.name)
             fsync_path(root)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        with uninterrupted():  # a Ctrl-C here would leave the staging warehouse behind
+            shutil.rmtree(stage, ignore_errors=True)
     return counts
 
 
