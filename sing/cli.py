@@ -66,6 +66,11 @@ class Parser(argparse.ArgumentParser):
         )
 
 
+# What DuckDB raises when Ctrl-C stops a query: it takes Python's KeyboardInterrupt and raises
+# this plain RuntimeError instead (DuckDB 2.0; tests/test_interrupts.py sees it so).
+DUCKDB_INTERRUPTED = "Query interrupted"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser, with every command, or only `command`'s module when it is known."""
     parser = Parser(
@@ -84,14 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
-        # Every warehouse write commits whole or not at all (docs/warehouse.md), so what the
-        # interrupt cut short (loading the command's modules, or the command) left no trace,
-        # and running the command again finishes it.
-        print(
-            "sing: interrupted; what was not finished was not written (run it again)",
-            file=sys.stderr,
-        )
-        return 128 + signal.SIGINT
+        return _interrupted()
+    except RuntimeError as err:
+        if str(err) != DUCKDB_INTERRUPTED:
+            raise
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    """Every warehouse write commits whole or not at all (docs/warehouse.md), so what the
+    interrupt cut short (loading the command's modules, or the command) left no trace, and
+    running the command again finishes it."""
+    print(
+        "sing: interrupted; what was not finished was not written (run it again)", file=sys.stderr
+    )
+    return 128 + signal.SIGINT
 
 
 def _run(argv: list[str]) -> int:

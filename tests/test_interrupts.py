@@ -192,6 +192,24 @@ def test_an_interrupt_while_the_command_loads_is_one_line(
     assert capsys.readouterr().err.startswith("sing: interrupted; ")
 
 
+def test_an_interrupt_during_a_query_is_one_line(
+    complete: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DuckDB turns Ctrl-C into RuntimeError("Query interrupted"); it is an interrupt all the
+    same (a demo-data run cut in its rollups printed that traceback)."""
+    from sing import cli
+
+    query = "SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3"
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        rc = cli.main(["warehouse", "sql", query, "--warehouse", str(complete)])
+    finally:
+        timer.cancel()
+    assert rc == 128 + signal.SIGINT
+    assert capsys.readouterr().err.startswith("sing: interrupted; ")
+
+
 @pytest.mark.parametrize("delay_s", [0.0, 0.8, 1.6, 2.4])
 def test_interrupted_import_is_all_or_nothing_and_a_second_import_is_refused(
     complete: Path, samples_file: Path, tmp_path: Path, delay_s: float
