@@ -22,9 +22,9 @@ from typing import Any
 
 from collector.dcgm_fields import names as dcgm_names
 from collector.health import HEALTH_METRICS, HealthValues, add_health
-from collector.jobids import lowest_job
 from collector.promtext import ParseError, Sample
 from sing.infiniband import TRAFFIC, TrafficCounter, traffic_value
+from sing.jobids import lowest_job
 
 # name -> (gpu_samples column, factor to SI). Columns starting with "_" are helpers.
 GPU_METRICS: dict[str, tuple[str, float]] = {

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from collector.jobids import job_order
 from collector.plugins import load_source
 from collector.rows import Allocations
 from sing.config import Config
+from sing.jobids import job_order
 from warehouse.store import Warehouse
 
 JobSync = Callable[[Config, Warehouse], Any]

@@ -33,8 +33,8 @@ from collector.convert import Hardware, NodeReading
 from collector.counters import CounterDeltas
 from collector.health import LastValues, health_rows
 from collector.inventory import Inventory, NodeKey
-from collector.jobids import job_order
 from executors.records import NodeRecord
+from sing.jobids import job_order
 from warehouse.schema import TABLES
 
 log = logging.getLogger(__name__)

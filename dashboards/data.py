@@ -29,6 +29,7 @@ from scheduler.settings import SchedulerSettings
 from scheduler.simulate import replay
 from scheduler.workload import Workload, read_trace
 from sing.config import Thresholds
+from sing.jobids import job_order_sql
 from traces.export import build_release, write_release
 from traces.package import DATAPACKAGE, zip_trace
 from traces.settings import TraceSettings, load_key
@@ -384,7 +385,7 @@ def _warehouse_workload(root: str, since: datetime, until: datetime) -> Workload
         FROM jobs
         WHERE submit_time >= $since AND submit_time < $until
           AND start_time IS NOT NULL AND end_time IS NOT NULL AND num_gpus > 0
-        ORDER BY submit_time, {analytics.numeric_job_order()}
+        ORDER BY submit_time, {job_order_sql()}
         """,
             {"since": since, "until": until},
         )

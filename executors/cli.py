@@ -12,18 +12,19 @@ from executors.records import COMPLETED
 from executors.sync import sync
 from sing.config import Config
 from sing.errors import UserError
+from sing.jobids import job_order_sql
 from sing.tables import Column, hours, print_json, render
 from warehouse.reports_cli import iso_time
 from warehouse.store import Warehouse
 
-LIST_SQL = """
+LIST_SQL = f"""
 SELECT job_id, "user", partition, name, state, exit_code, num_nodes, num_gpus,
        nodes, submit_time,
        date_diff('second', start_time, coalesce(end_time, now())) AS run_s
 FROM jobs
 WHERE cluster = $cluster AND ($state IS NULL OR state = $state)
   AND ($user IS NULL OR "user" = $user) AND ($since IS NULL OR submit_time >= $since)
-ORDER BY submit_time DESC NULLS LAST, try_cast(job_id AS BIGINT) DESC NULLS LAST, job_id DESC
+ORDER BY submit_time DESC NULLS LAST, {job_order_sql(descending=True)}
 LIMIT $limit
 """
 LIST_COLUMNS = (

@@ -27,7 +27,8 @@ from policy.rules import (
     UNTOUCHED_GPUS,
     Rule,
 )
-from warehouse.analytics import HOME_CLUSTER, numeric_job_order
+from sing.jobids import job_order_sql
+from warehouse.analytics import HOME_CLUSTER
 from warehouse.coverage import coverage_sql
 from warehouse.delta import LiveFile
 from warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
@@ -170,7 +171,7 @@ FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id {same_step.format(t="p")}
 LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id {same_step.format(t="n")}
 LEFT JOIN {rdma} d ON d.cluster = r.cluster AND d.job_id = r.job_id {same_step.format(t="d")}
-ORDER BY {numeric_job_order("r.job_id")}, r.cluster
+ORDER BY {job_order_sql("r.job_id")}, r.cluster
 """
 
 

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.convert import WANTED, Hardware, read_node
 from collector.counters import CounterDeltas
-from collector.jobids import job_order
 from collector.promtext import ParseError, parse
 from collector.rows import RoundRows
+from sing.jobids import job_order
 
 TRICKY = r"""# HELP sing_gpu_power_watts Power draw. Has a { brace and "quotes" in help.
 # TYPE sing_gpu_power_watts gauge

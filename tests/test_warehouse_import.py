@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sing.errors import UserError
+from sing.jobids import lowest_job
 from warehouse import migrations
 from warehouse.cli import run_read_only
 from warehouse.importer import Imported, import_file
@@ -281,6 +282,21 @@ def test_gpu_samples_without_job_ids_are_attributed_from_job_gpus(
         ("11:00:00", 2, "9", "campus", None),
         ("11:00:00", 4, None, "campus", None),
     ]
+
+
+def test_a_shared_gpu_goes_to_the_lowest_array_job_as_the_collector_stamps_it(
+    wh: Warehouse, tmp_path: Path
+) -> None:
+    """Array jobs 10_10 and 10_2 share GPU 0: the sample is 10_2's (10_2 < 10_10 as numbers),
+    the job the collector's `lowest_job` stamps; the SQL order used to put 10_10 first."""
+    gpus = "job_id,cluster,node,gpu_index,start_time,end_time\n" + "".join(
+        f"{job},campus,n1,0,2026-01-05T10:00:00Z,\n" for job in ("10_10", "10_2")
+    )
+    import_file(wh, "job_gpus", write(tmp_path / "job_gpus.csv", gpus))
+    samples = write(tmp_path / "s.csv", "ts,node,gpu_index,util\n2026-01-05T10:30:00Z,n1,0,0.5\n")
+    assert import_file(wh, "gpu_samples", samples).attributed == 1
+    (job,) = wh.connect().execute("SELECT job_id FROM gpu_samples").fetchone()
+    assert job == lowest_job({"10_10", "10_2"}) == "10_2"
 
 
 def test_rdma_samples_take_the_job_holding_most_gpus_lowest_numeric_id_on_ties(

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import polars as pl
 
+from sing.jobids import job_order_sql
 from warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_sql
 from warehouse.rollups import IDLE_SAMPLE_UTIL
 
@@ -24,12 +25,6 @@ from warehouse.rollups import IDLE_SAMPLE_UTIL
 # already holds several clusters has no such rows (every writer stamps the cluster since), so
 # NULL stays NULL there and matches no job rather than a guessed one.
 HOME_CLUSTER = "(SELECT CASE WHEN count(DISTINCT cluster) = 1 THEN min(cluster) END FROM jobs)"
-
-
-def numeric_job_order(column: str = "job_id") -> str:
-    """SQL ORDER BY terms for job ids: strings, but numeric ones sort as numbers ("9" before
-    "10"), others after them, by text."""
-    return f"try_cast({column} AS BIGINT) NULLS LAST, {column}"
 
 
 # Per job and GPU over the job's whole life, from the per-day rollup. Energy: the sum of the
@@ -129,7 +124,7 @@ LEFT JOIN usage u ON u.cluster = j.cluster AND u.job_id = j.job_id
 LEFT JOIN rdma r ON r.cluster = j.cluster AND r.job_id = j.job_id
 WHERE j.start_time IS NOT NULL
   AND j.start_time < $until AND coalesce(j.end_time, $now) > $since
-ORDER BY {numeric_job_order("j.job_id")}, j.cluster
+ORDER BY {job_order_sql("j.job_id")}, j.cluster
 """
 
 
@@ -138,7 +133,7 @@ ORDER BY {numeric_job_order("j.job_id")}, j.cluster
 JOB_COVERAGE_SQL = f"""
 SELECT *, {coverage_sql("samples", "num_gpus", "run_s", "$interval_s::DOUBLE")} AS coverage
 FROM ({JOB_USAGE_SQL})
-ORDER BY {numeric_job_order()}, cluster
+ORDER BY {job_order_sql()}, cluster
 """
 
 

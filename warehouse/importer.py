@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sing.errors import UserError
-from warehouse.analytics import numeric_job_order
+from sing.jobids import job_order_sql
 from warehouse.files import uninterrupted
 from warehouse.schema import table
 from warehouse.store import Warehouse, conform
@@ -119,7 +119,7 @@ _ATTRIBUTE = {
         SELECT s.__row, a.job_id FROM incoming s {_HELD} AND a.gpu_index = s.gpu_index
         WHERE s.job_id IS NULL
         QUALIFY row_number() OVER (
-            PARTITION BY s.__row ORDER BY {numeric_job_order("a.job_id")}) = 1
+            PARTITION BY s.__row ORDER BY {job_order_sql("a.job_id")}) = 1
     """,
     "rdma_samples": f"""
         SELECT s.__row, a.job_id FROM incoming s {_HELD}
@@ -127,7 +127,7 @@ _ATTRIBUTE = {
         GROUP BY s.__row, a.job_id
         QUALIFY row_number() OVER (
             PARTITION BY s.__row
-            ORDER BY count(*) DESC, {numeric_job_order("a.job_id")}) = 1
+            ORDER BY count(*) DESC, {job_order_sql("a.job_id")}) = 1
     """,
 }
 
