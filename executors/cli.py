@@ -14,7 +14,7 @@ from sing.config import Config
 from sing.errors import UserError
 from sing.jobids import job_order_sql
 from sing.tables import Column, hours, print_json, render
-from warehouse.reports_cli import iso_time
+from sing.times import time_option
 from warehouse.store import Warehouse
 
 LIST_SQL = f"""
@@ -61,7 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     list_p = sub.add_parser("list", help="jobs in the warehouse, newest first")
     list_p.add_argument("--state", default="all", help="only this state, e.g. RUNNING, FAILED")
     list_p.add_argument("--user", help="only this user's jobs")
-    list_p.add_argument("--since", type=iso_time, help="only jobs submitted from (ISO 8601, UTC)")
+    list_p.add_argument(
+        "--since", type=time_option, help="only jobs submitted from (ISO 8601, UTC)"
+    )
     list_p.add_argument("--limit", type=int, default=50)
     list_p.add_argument("--json", action="store_true", help="machine-readable output")
     list_p.set_defaults(func=cmd_list)

@@ -15,7 +15,8 @@ from health import drain, failures
 from health.settings import HealthSettings
 from sing.config import Config
 from sing.tables import Column, percent, print_json, render
-from warehouse.reports_cli import NOW_HELP, iso_time, report_now, report_window
+from sing.times import time_option
+from warehouse.reports_cli import NOW_HELP, report_now, report_window
 from warehouse.store import Warehouse
 
 
@@ -23,10 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     health = subparsers.add_parser("health", help="failure metrics and nodes to drain")
     sub = health.add_subparsers(dest="health_command", metavar="ACTION", required=True)
     report = sub.add_parser("report", help="job failures by cause, GPU-hours lost, MTBF")
-    report.add_argument("--since", type=iso_time, help="window start (ISO 8601, UTC)")
-    report.add_argument("--until", type=iso_time, help="window end (ISO 8601, UTC)")
+    report.add_argument("--since", type=time_option, help="window start (ISO 8601, UTC)")
+    report.add_argument("--until", type=time_option, help="window end (ISO 8601, UTC)")
     report.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
-    report.add_argument("--now", type=iso_time, help=NOW_HELP)
+    report.add_argument("--now", type=time_option, help=NOW_HELP)
     report.add_argument("--json", action="store_true", help="machine-readable output")
     report.set_defaults(func=cmd_report)
     act = sub.add_parser(
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     act.add_argument(
         "--now",
-        type=iso_time,
+        type=time_option,
         help="judge the readings as of this time (lists only: drains nothing)",
     )
     act.add_argument("--json", action="store_true", help="machine-readable output")

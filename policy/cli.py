@@ -22,6 +22,7 @@ from sing.config import Config
 from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.tables import Column, percent, print_json, render
+from sing.times import parse_time, time_option
 from warehouse.store import Warehouse
 
 
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     digest.add_argument("--dry-run", action="store_true", help="record what would go; send nothing")
     digest.add_argument(
         "--now",
-        type=datetime.fromisoformat,
+        type=time_option,
         help="the period before this time (ISO 8601, UTC unless it says)",
     )
     digest.add_argument("--json", action="store_true", help="machine-readable output")
@@ -224,10 +225,9 @@ def parse_since(text: str, now: datetime) -> datetime:
     if ascii_digits(text[:-1]) and text[-1:] in units:
         return now - timedelta(**{units[text[-1]]: int(text[:-1])})
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(f"--since {text!r}: use an ISO 8601 time or 30m, 24h, 7d") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text, "--since")
+    except ValueError as err:
+        raise UserError(f"{err}, or 30m, 24h, 7d ago") from None
 
 
 NO_JOBS = "no running job is judged by a rule"

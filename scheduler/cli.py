@@ -25,6 +25,7 @@ from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent, print_json, render
+from sing.times import parse_time
 
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
@@ -189,13 +190,12 @@ def when(text: str | None, option: str, trace: Trace) -> float | None:
     if text.endswith("s") and ascii_digits(text[:-1].replace(".", "", 1)):
         return trace.origin + float(text[:-1])
     try:
-        stamp = datetime.fromisoformat(text)
+        return parse_time(text).timestamp()
     except ValueError:
         raise UserError(
             f"{option} {text!r} is neither an ISO 8601 time (e.g. 2017-10-02) nor seconds from "
             "the trace start (e.g. 86400s)"
         ) from None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def skip_line(skipped: dict[str, int], unfit: Counter[str]) -> str:

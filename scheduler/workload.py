@@ -29,6 +29,7 @@ from pathlib import Path
 from scheduler.cluster import WHOLE, Node
 from scheduler.nodelist import release_nodes
 from sing.errors import UserError
+from sing.times import parse_time
 from traces.read import jobs_file, jobs_for_simulation, read_package, simulation_skips
 
 SIMPLE_COLUMNS = ("job_id", "user", "submit_time", "duration_s", "num_gpus")
@@ -254,10 +255,9 @@ def _time(text: str, field: str) -> float:
     except ValueError:
         pass
     try:
-        stamp = datetime.fromisoformat(text)
+        return parse_time(text).timestamp()
     except ValueError:
         raise ValueError(f"{field} {text!r} is neither seconds nor an ISO 8601 timestamp") from None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _number(row: dict[str, str], field: str) -> float:

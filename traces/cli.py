@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 
@@ -12,6 +11,7 @@ from sing.config import Config
 from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import print_json
+from sing.times import time_option
 from traces import aggregates, linkage
 from traces.export import export_trace
 from traces.importers import FORMATS, import_trace
@@ -27,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("export", help="export an anonymized trace of a time window")
-    p.add_argument("--since", required=True, type=_time, help="window start (UTC), e.g. 2025-01-01")
-    p.add_argument("--until", required=True, type=_time, help="window end (UTC, exclusive)")
+    p.add_argument(
+        "--since", required=True, type=time_option, help="window start (UTC), e.g. 2025-01-01"
+    )
+    p.add_argument("--until", required=True, type=time_option, help="window end (UTC, exclusive)")
     p.add_argument("--out", required=True, help="new directory to write the trace to")
     p.add_argument("--key-file", help="secret HMAC key (hex), created if missing")
     p.add_argument("--timeseries", action="store_true", help="add per-minute job_timeseries")
@@ -37,8 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "attack", help="try to re-identify users in the release each policy would give"
     )
-    p.add_argument("--since", required=True, type=_time, help="window start (UTC), e.g. 2025-01-01")
-    p.add_argument("--until", required=True, type=_time, help="window end (UTC, exclusive)")
+    p.add_argument(
+        "--since", required=True, type=time_option, help="window start (UTC), e.g. 2025-01-01"
+    )
+    p.add_argument("--until", required=True, type=time_option, help="window end (UTC, exclusive)")
     p.add_argument("--only-configured", action="store_true", help="attack the [trace] policy only")
     p.add_argument("--json", action="store_true", help="one JSON object per policy")
     p.set_defaults(func=_attack)
@@ -67,16 +71,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dir")
     p.add_argument("--out", required=True, help="SWF file to write")
     p.set_defaults(func=_swf)
-
-
-def _time(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a date/time like 2025-01-31T12:00"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _export(args: argparse.Namespace, config: Config) -> int:

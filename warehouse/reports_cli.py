@@ -19,6 +19,7 @@ from sing.errors import UsageError, UserError
 from sing.progress import Progress
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
+from sing.times import time_option
 from warehouse import analytics, workload
 from warehouse.coverage import CoverageNeeds, site_coverage
 from warehouse.job_report import job_report, load_notes, render
@@ -50,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("cluster", "GPU assignment rate and utilization over time"),
     ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--since", type=iso_time, help="window start (ISO 8601, UTC)")
-        p.add_argument("--until", type=iso_time, help="window end (ISO 8601, UTC)")
-        p.add_argument("--now", type=iso_time, help=NOW_HELP)
+        p.add_argument("--since", type=time_option, help="window start (ISO 8601, UTC)")
+        p.add_argument("--until", type=time_option, help="window end (ISO 8601, UTC)")
+        p.add_argument("--now", type=time_option, help=NOW_HELP)
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=cmd_report)
     sub.choices["by-nodes"].add_argument("--partition")
@@ -69,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     job = subparsers.add_parser("job", help="one job's efficiency report with notes")
     job.add_argument("job_id")
     job.add_argument("--cluster", help="the job's cluster, where job ids repeat across clusters")
-    job.add_argument("--now", type=iso_time, help=NOW_HELP)
+    job.add_argument("--now", type=time_option, help=NOW_HELP)
     job.add_argument("--json", action="store_true")
     job.set_defaults(func=cmd_job)
 
@@ -78,17 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--gpus-per-node", type=int, default=8)
     demo.add_argument("--days", type=float, default=14)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--end", type=iso_time, help="end of the history (default: now)")
+    demo.add_argument("--end", type=time_option, help="end of the history (default: now)")
     demo.set_defaults(func=cmd_demo_data)
-
-
-def iso_time(text: str) -> datetime:
-    """The time options of every report (`--since`, `--until`, `--now`): ISO 8601, naive = UTC."""
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from err
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def ratio(text: str) -> float:
@@ -337,11 +329,11 @@ def add_usage(sub: argparse._SubParsersAction) -> None:
         help="GPU-hours, charge units, energy and carbon by account, user, partition, model",
     )
     p.add_argument("--by", choices=GROUPS, default="account", help="one row per (default account)")
-    p.add_argument("--since", type=iso_time, help="window start (ISO 8601, UTC)")
-    p.add_argument("--until", type=iso_time, help="window end (ISO 8601, UTC)")
+    p.add_argument("--since", type=time_option, help="window start (ISO 8601, UTC)")
+    p.add_argument("--until", type=time_option, help="window end (ISO 8601, UTC)")
     p.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
     p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
-    p.add_argument("--now", type=iso_time, help=NOW_HELP)
+    p.add_argument("--now", type=time_option, help=NOW_HELP)
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="rows and method as JSON")
     form.add_argument("--csv", action="store_true", help="rows as CSV")
@@ -371,7 +363,7 @@ def add_statement(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--all", metavar="DIR", help="every account's statement into DIR")
     p.add_argument("--out", metavar="FILE", help="the HTML file to write (with --account)")
     p.add_argument("--cluster", help="only this cluster's jobs (default: all)")
-    p.add_argument("--now", type=iso_time, help=NOW_HELP)
+    p.add_argument("--now", type=time_option, help=NOW_HELP)
     p.set_defaults(func=cmd_statement)
 
 
@@ -436,15 +428,15 @@ def add_workload(sub: argparse._SubParsersAction) -> None:
         help="run time, queue time, GPUs and nodes per job, load by hour and weekday; "
         "the cluster beside trace releases",
     )
-    p.add_argument("--since", type=iso_time, help="jobs submitted from (ISO 8601, UTC)")
-    p.add_argument("--until", type=iso_time, help="jobs submitted before (ISO 8601, UTC)")
+    p.add_argument("--since", type=time_option, help="jobs submitted from (ISO 8601, UTC)")
+    p.add_argument("--until", type=time_option, help="jobs submitted before (ISO 8601, UTC)")
     p.add_argument("--period", help=f"a whole period instead of --since/--until: {FORMS}")
     p.add_argument(
         "--trace", action="append", default=[], metavar="DIR", help="a trace release (repeatable)"
     )
     p.add_argument("--cluster", help="only this cluster's jobs (default: all the warehouse's)")
     p.add_argument("--no-cluster", action="store_true", help="only the traces, not the warehouse")
-    p.add_argument("--now", type=iso_time, help=NOW_HELP)
+    p.add_argument("--now", type=time_option, help=NOW_HELP)
     p.add_argument("--json", action="store_true", help="every figure as JSON (seconds, GPUs)")
     p.set_defaults(func=cmd_workload)
 
