@@ -1,4 +1,8 @@
-"""Accounting periods by name (2026, 2026-Q4, 2026-11, 2026-W47, 2026-11-30) as UTC windows."""
+"""Accounting periods by name (2026, 2026-Q4, 2026-11, 2026-W47, 2026-11-30) as UTC windows.
+
+An account's month is a UTC calendar month everywhere: the statement, `sing report usage
+--period` and the monthly digest to the account's contact (`month_before`), so a PI's digest and
+statement cover the same hours."""
 
 from __future__ import annotations
 
@@ -33,6 +37,14 @@ def period_window(period: str, where: str = "period") -> tuple[datetime, datetim
     except ValueError as err:
         raise UserError(f"{where}: {period!r} is not a real period: {err}") from err
     raise UserError(f"{where}: {period!r} is not a period; use {FORMS}")
+
+
+def month_before(now: datetime) -> str:
+    """The last complete month before `now`, by name (`2026-11`): the month a statement or a
+    monthly digest sent at `now` covers."""
+    first = now.astimezone(UTC).date().replace(day=1)
+    before = first - timedelta(days=1)
+    return f"{before.year:04d}-{before.month:02d}"
 
 
 def _utc(day: date) -> datetime:

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
+from accounting.periods import month_before, period_window
 from policy import audit
 from policy.messages import JOB_END, MONTHLY_DIGEST, WEEKLY_DIGEST, Message, Postman
 from policy.settings import PolicySettings
@@ -126,17 +127,15 @@ def send_digests(
 def last_period(
     period: Literal["weekly", "monthly"], now: datetime, tz: ZoneInfo
 ) -> tuple[datetime, datetime]:
-    """[start, end) of the last complete week (Monday to Monday) or calendar month, in the
-    site's time zone."""
+    """[start, end) of the last complete week (Monday to Monday, in the site's time zone: a
+    user's week) or account month (UTC, the month of the account's statement)."""
+    if period == "monthly":
+        return period_window(month_before(now))
     local = now.astimezone(tz)
-    if period == "weekly":
-        monday = local.date() - timedelta(days=local.weekday())
-        end = datetime(monday.year, monday.month, monday.day, tzinfo=tz)
-        before = monday - timedelta(days=7)
-        return datetime(before.year, before.month, before.day, tzinfo=tz), end
-    end = datetime(local.year, local.month, 1, tzinfo=tz)
-    before = end.date() - timedelta(days=1)
-    return datetime(before.year, before.month, 1, tzinfo=tz), end
+    monday = local.date() - timedelta(days=local.weekday())
+    end = datetime(monday.year, monday.month, monday.day, tzinfo=tz)
+    before = monday - timedelta(days=7)
+    return datetime(before.year, before.month, before.day, tzinfo=tz), end
 
 
 def digest_figures(

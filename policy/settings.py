@@ -37,7 +37,7 @@ class PolicySettings:
     admin_emails: list[str] = field(default_factory=list)  # copied on warnings and actions
     webhook_url: str = ""  # chat webhook (Slack/Mattermost-compatible JSON); "" = none
     templates_dir: str = ""  # overrides of the built-in message templates
-    timezone: str = "UTC"  # of quiet_hours and digests
+    timezone: str = "UTC"  # of quiet_hours and weekly digests (an account month is UTC)
     quiet_hours: str = ""  # e.g. "22:00-07:00": messages wait until it ends; "" = none
     user_message_period_s: float = 86400.0  # at most one message per user per period (per rule)
     job_end_reports: bool = False  # send each finished job's report to its owner

@@ -17,6 +17,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from accounting.periods import month_before, period_window
+from accounting.settings import AccountingSettings
+from accounting.statement import statements
 from policy import audit
 from policy.cli import full_round, make_engine
 from policy.postman import make_postman
@@ -198,17 +201,27 @@ def test_a_dry_run_records_what_it_would_send_and_does_not_settle_the_real_send(
 DIGEST_NOW = datetime(2026, 1, 12, 8, 0, tzinfo=UTC)
 
 
-def test_the_last_period_is_a_week_or_month_in_the_sites_zone():
+def test_the_last_week_is_the_sites_and_the_last_month_the_statements():
     tz = ZoneInfo(BERLIN)
     assert last_period("weekly", DIGEST_NOW, tz) == (
         datetime(2026, 1, 5, tzinfo=tz),
         datetime(2026, 1, 12, tzinfo=tz),
     )
-    # 23:30 UTC on 31 January is already February in Berlin.
-    assert last_period("monthly", datetime(2026, 1, 31, 23, 30, tzinfo=UTC), tz) == (
-        datetime(2026, 1, 1, tzinfo=tz),
-        datetime(2026, 2, 1, tzinfo=tz),
-    )
+    # 23:30 UTC on 31 January is already February in Berlin, but an account's month is UTC's
+    # (issue 30: the digest covered 1 January 00:00 Berlin on, the statement 01:00 Berlin on).
+    late = datetime(2026, 1, 31, 23, 30, tzinfo=UTC)
+    assert last_period("monthly", late, tz) == period_window("2025-12")
+    assert last_period("monthly", DIGEST_NOW, tz) == period_window(month_before(DIGEST_NOW))
+
+
+def test_the_monthly_digest_and_the_statement_cover_the_same_month(tmp_path, wh):
+    """The digest sent on 2 February and `sing report statement --period 2026-01`: one window."""
+    now = datetime(2026, 2, 2, tzinfo=UTC)
+    contacts = {"vision": "pi-vision@example.edu"}
+    cfg = config(tmp_path, 0, monthly_account_digests=True, account_contacts=contacts)
+    (sent,) = send_digests(wh, cfg, make_postman(cfg), "monthly", now, dry_run=True)
+    (statement,) = statements(wh.connect(), month_before(now), AccountingSettings(), ["vision"])
+    assert sent.detail["period"] == statement.since.isoformat() == "2026-01-01T00:00:00+00:00"
 
 
 def test_the_weekly_digest_compares_each_user_with_the_cluster(tmp_path, wh):
