@@ -44,7 +44,7 @@ from policy.ladder import (
     load_last_sent,
     same_start,
 )
-from policy.messages import CANCELLED, NOTIFY, WARN, Message, Postman
+from policy.messages import CANCELLED, NO_CHANNEL, NOTIFY, WARN, Message, Postman
 from policy.rules import load_rules
 from policy.settings import PolicySettings
 from sing.errors import UserError
@@ -277,7 +277,7 @@ class Engine:
             return [self._event(d, now, MESSAGE, kind, deadline=d.deadline, detail=told)]
         deliveries = self.postman.send(self._message(d, kind))
         if not deliveries:  # no channel reaches this user: undelivered, the ladder waits
-            undelivered = {**told, "error": "no channel reaches the job's owner", "to_owner": True}
+            undelivered = {**told, "error": NO_CHANNEL, "to_owner": True}
             return [self._event(d, now, MESSAGE, kind, ok=False, detail=undelivered)]
         return [
             self._event(

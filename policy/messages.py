@@ -15,6 +15,10 @@ NOTIFY, WARN, CANCELLED = "notify", "warn", "cancelled"
 JOB_END, WEEKLY_DIGEST, MONTHLY_DIGEST = "job_end", "weekly_digest", "monthly_digest"
 BREAKER = "breaker"  # to the admins: sing stopped acting (policy/breaker.py)
 
+# A message that no configured channel reaches (no relay, no `mail_domain`, no account contact)
+# is recorded the same way for every kind: not delivered (ok false), with this error.
+NO_CHANNEL = "no channel reaches the recipient"
+
 
 @dataclass(frozen=True)
 class Message:

@@ -19,7 +19,14 @@ import duckdb
 
 from accounting.periods import month_before, period_window
 from policy import audit
-from policy.messages import JOB_END, MONTHLY_DIGEST, WEEKLY_DIGEST, Message, Postman
+from policy.messages import (
+    JOB_END,
+    MONTHLY_DIGEST,
+    NO_CHANNEL,
+    WEEKLY_DIGEST,
+    Message,
+    Postman,
+)
 from policy.settings import PolicySettings
 from sing.config import Config
 from warehouse.analytics import JOB_USAGE_SQL
@@ -199,12 +206,14 @@ def _settled(
     since: datetime,
     key: Callable[[dict[str, Any]], tuple],
 ) -> set[tuple]:
-    """Keys of the messages of `kind` recorded since `since` and settled: sent (or held for
-    want of a channel) for real, or, in a dry run, also already recorded by an earlier dry run."""
-    trail = audit.events(con, since=since, kinds=(audit.MESSAGE,)).filter(outcome=kind, ok=True)
+    """Keys of the messages of `kind` recorded since `since` and settled: sent for real, or
+    undelivered for want of a channel (a retry finds none either), or, in a dry run, also
+    already recorded by an earlier dry run."""
+    trail = audit.events(con, since=since, kinds=(audit.MESSAGE,)).filter(outcome=kind)
     if not dry:
         trail = trail.filter(dry_run=False)
-    return {key({**e, "detail": json.loads(e["detail"] or "{}")}) for e in trail.to_dicts()}
+    events = ({**e, "detail": json.loads(e["detail"] or "{}")} for e in trail.to_dicts())
+    return {key(e) for e in events if e["ok"] or e["detail"].get("error") == NO_CHANNEL}
 
 
 def _deliver(
@@ -238,7 +247,7 @@ def _deliver(
         return [event(None, None, True, held="dry run")]
     deliveries = postman.send(message)
     if not deliveries:
-        return [event(None, None, True, held="no channel reaches the recipient")]
+        return [event(None, None, False, error=NO_CHANNEL)]
     return [
         event(d.channel, d.recipient, d.ok, **({"error": d.error} if d.error else {}))
         for d in deliveries

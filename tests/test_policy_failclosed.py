@@ -19,7 +19,7 @@ from policy import breaker
 from policy.breaker import TRIPPED
 from policy.cli import policy_job
 from policy.engine import round_lock
-from policy.messages import Delivery, Message
+from policy.messages import NO_CHANNEL, Delivery, Message
 from sing.cli import main
 from sing.config import Config
 from sing.errors import UserError
@@ -261,7 +261,7 @@ def test_with_no_channel_at_all_nobody_is_cancelled(world):
     rows = con.sql("SELECT DISTINCT ok, detail ->> 'error' FROM policy_events "
                    "WHERE event = 'message'").fetchall()  # fmt: skip
     con.close()
-    assert rows == [(False, "no channel reaches the job's owner")]
+    assert rows == [(False, NO_CHANNEL)]
 
 
 def test_doctor_head_names_a_real_ladder_without_a_channel(tmp_path, capsys):

@@ -22,6 +22,7 @@ from accounting.settings import AccountingSettings
 from accounting.statement import statements
 from policy import audit
 from policy.cli import full_round, make_engine
+from policy.messages import NO_CHANNEL
 from policy.postman import make_postman
 from policy.reports import last_period, send_digests, send_job_end_reports
 from sing.cli import main
@@ -281,7 +282,7 @@ def test_the_monthly_digest_goes_to_each_accounts_contact(tmp_path, wh):
 def test_digests_held_for_want_of_a_channel_are_recorded_once(tmp_path, wh):
     cfg = Config({"policy": {"dry_run": False, "weekly_digests": True}}, tmp_path / "sing.toml")
     held = send_digests(wh, cfg, make_postman(cfg), "weekly", DIGEST_NOW)
-    assert {e.detail["held"] for e in held} == {"no channel reaches the recipient"}
+    assert {(e.ok, e.detail["error"]) for e in held} == {(False, NO_CHANNEL)}
     assert len(held) == len({j.user for j in WEEK})
     assert send_digests(wh, cfg, make_postman(cfg), "weekly", DIGEST_NOW) == []
 
