@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduler.cluster import WHOLE, Node
@@ -115,8 +114,7 @@ def _read_release(path: Path) -> Trace:
     release = path if path.is_dir() else jobs_file(path).parent
     origin, nodes = 0.0, None
     if (release / "datapackage.json").is_file():
-        stamp = datetime.fromisoformat(read_package(release)["release_start"])
-        origin = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+        origin = parse_time(read_package(release)["release_start"], "release_start").timestamp()
         nodes = release_nodes(release)
     request = jobs["gpu_request"].to_list()
     shares = [_share(r) for r in request]

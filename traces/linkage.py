@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sing.times import parse_time
 from traces import sql
 from traces.anonymize import OTHER, pseudonymize
 from traces.export import MAX_SHIFT_S, build_release
@@ -130,7 +131,7 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     con.execute(_public_sql(ratio))
     partitions = _reverse_partitions(con)
     if policy.get("time_origin", "release_start") == "release_start":
-        origin = datetime.fromisoformat(package["release_start"]).timestamp()
+        origin = parse_time(package["release_start"], "release_start").timestamp()
     else:
         origin = _estimate_origin(con, res)
     con.execute(

@@ -6,12 +6,12 @@ SWF has processors, not GPUs: here one processor is one GPU. Users, groups and p
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
 from sing.errors import UserError
+from sing.times import parse_time
 from traces import sql
 from traces.read import read_package, read_table
 
@@ -50,7 +50,7 @@ def write_swf(trace_dir: str | Path, out_file: str | Path) -> int:
     queues = con.sql(
         "SELECT DISTINCT partition FROM jobs WHERE partition IS NOT NULL ORDER BY 1"
     ).fetchall()
-    start = datetime.fromisoformat(package["release_start"])
+    start = parse_time(package["release_start"], "release_start")
     header = [
         "; Version: 2.2",
         f"; Computer: {package.get('title', 'GPU cluster')}",

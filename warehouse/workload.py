@@ -15,13 +15,14 @@ smallest value with at least that share of jobs at or below it), so they are val
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from sing.errors import UserError
+from sing.times import parse_time
 from traces import sql
 from traces.format import JOBS, conform
 from traces.read import read_package, read_table
@@ -171,10 +172,9 @@ def from_trace(path: str | Path, name: str | None = None) -> Profile:
 def release_start(package: dict, path: str | Path) -> datetime:
     """The release's time origin (UTC where it names no zone)."""
     try:
-        start = datetime.fromisoformat(str(package.get("release_start")))
-    except ValueError:
-        raise UserError(f"{path}: release_start is not an ISO 8601 time") from None
-    return start if start.tzinfo else start.replace(tzinfo=UTC)
+        return parse_time(str(package.get("release_start")), "release_start")
+    except ValueError as err:
+        raise UserError(f"{path}: {err}") from None
 
 
 def profile(
