@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -157,6 +157,18 @@ def with_jobs(complete: Path, root: Path) -> None:
         assert done.returncode == 0, done.stderr
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for a test that interrupts this very process: the suite's
+    (tests/daemons.py) would stop every test daemon first."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_an_interrupt_that_another_thread_receives_comes_after_the_steps() -> None:
     """A Ctrl-C reaches whichever thread does not mask it (delta-rs and Arrow run their own);
     the steps inside still all run before it is raised (the CI failure of stop 35)."""
@@ -192,6 +204,7 @@ def test_an_interrupt_while_the_command_loads_is_one_line(
     assert capsys.readouterr().err.startswith("sing: interrupted; ")
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_an_interrupt_during_a_query_is_one_line(
     complete: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
