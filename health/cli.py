@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 
 from health.incidents import (
     CLASSES,
@@ -14,9 +13,9 @@ from health.incidents import (
     open_incident,
     user_actor,
 )
-from policy.cli import parse_since
 from sing.config import Config
 from sing.tables import Column, print_json, render
+from sing.times import time_option
 from warehouse.store import Warehouse
 
 
@@ -31,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     open_p.set_defaults(func=cmd_open)
     list_p = sub.add_parser("list", help="incidents, newest first")
     list_p.add_argument("--open", action="store_true", help="only those still open")
-    list_p.add_argument("--since", help="those open from this time (ISO 8601, UTC) or '7d' ago")
+    list_p.add_argument(
+        "--since", type=time_option, help="those open from this time (ISO 8601, UTC) or '7d' ago"
+    )
     list_p.add_argument("--json", action="store_true", help="machine-readable output")
     list_p.set_defaults(func=cmd_list)
     note_p = sub.add_parser("note", help="add a note to an incident")
@@ -62,8 +63,7 @@ def cmd_open(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_list(args: argparse.Namespace, config: Config) -> int:
-    since = parse_since(args.since, datetime.now(UTC)) if args.since else None
-    rows = list_incidents(_warehouse(args, config), open_only=args.open, since=since)
+    rows = list_incidents(_warehouse(args, config), open_only=args.open, since=args.since)
     if args.json:
         print_json(rows)
     elif not rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from collector.settings import CollectorSettings
@@ -19,10 +19,9 @@ from policy.reports import PERIODS, send_digests, send_job_end_reports
 from policy.rules import load_rules
 from policy.settings import PolicySettings
 from sing.config import Config
-from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.tables import Column, percent, print_json, render
-from sing.times import parse_time, time_option
+from sing.times import time_option
 from warehouse.store import Warehouse
 
 
@@ -39,15 +38,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--note", required=True, help="what was checked (kept in the trail)")
     resume.set_defaults(func=cmd_resume)
     log = sub.add_parser("log", help="the audit trail of verdicts, messages and actions")
-    log.add_argument("--since", help="from this time (ISO 8601, UTC) or '24h', '7d' ago")
+    log.add_argument(
+        "--since", type=time_option, help="from this time (ISO 8601, UTC) or '24h', '7d' ago"
+    )
     log.add_argument("--user", help="only this user's jobs and messages")
     log.add_argument("--json", action="store_true", help="machine-readable output")
     log.set_defaults(func=cmd_log)
     replaying = sub.add_parser(
         "replay", help="the rules applied to the history as if live (sends and cancels nothing)"
     )
-    replaying.add_argument("--since", default="30d", help="from this time (as log's; default 30d)")
-    replaying.add_argument("--until", help="to this time (as --since; default now)")
+    replaying.add_argument(
+        "--since", type=time_option, default="30d", help="from this time (as log's; default 30d)"
+    )
+    replaying.add_argument(
+        "--until", type=time_option, help="to this time (as --since; default now)"
+    )
     replaying.add_argument("--json", action="store_true", help="machine-readable output")
     replaying.set_defaults(func=cmd_replay)
     digest = sub.add_parser("digest", help="send the last week's or month's usage digests")
@@ -150,7 +155,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_log(args: argparse.Namespace, config: Config) -> int:
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
-    since = parse_since(args.since, datetime.now(UTC)) if args.since else None
+    since = args.since
     con = warehouse.connect({"policy_events": since.date() if since else None})
     try:
         rows = audit.events(con, since=since, user=args.user).to_dicts()
@@ -162,8 +167,7 @@ def cmd_log(args: argparse.Namespace, config: Config) -> int:
 def cmd_replay(args: argparse.Namespace, config: Config) -> int:
     settings = config.section("policy", PolicySettings)
     now = datetime.now(UTC)
-    since = parse_since(args.since, now)
-    until = parse_since(args.until, now) if args.until else now
+    since, until = args.since, args.until or now
     if until <= since:
         raise UserError(
             f"--until {until:%Y-%m-%d %H:%M} is not after --since {since:%Y-%m-%d %H:%M}"
@@ -217,17 +221,6 @@ def cmd_digest(args: argparse.Namespace, config: Config) -> int:
     return _print(
         rows, DIGEST_TABLE, args.json, f"no {args.period} digest is due (each goes out once)"
     )
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """'24h', '7d', '30m' ago, or an ISO 8601 time (UTC when it names no zone)."""
-    units = {"m": "minutes", "h": "hours", "d": "days"}
-    if ascii_digits(text[:-1]) and text[-1:] in units:
-        return now - timedelta(**{units[text[-1]]: int(text[:-1])})
-    try:
-        return parse_time(text, "--since")
-    except ValueError as err:
-        raise UserError(f"{err}, or 30m, 24h, 7d ago") from None
 
 
 NO_JOBS = "no running job is judged by a rule"

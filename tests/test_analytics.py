@@ -649,7 +649,7 @@ def test_report_cluster_cli(demo_wh: Path) -> None:
 def test_report_rejects_bad_time(demo_wh: Path) -> None:
     out = run_sing("--warehouse", str(demo_wh), "report", "jobs", "--since", "yesterday")
     assert out.returncode == 2
-    assert "'yesterday' is not an ISO 8601 time" in out.stderr
+    assert "'yesterday' is neither an ISO 8601 time" in out.stderr
 
 
 # ---- capacity from the node inventory's history -----------------------------------------

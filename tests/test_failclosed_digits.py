@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from health.settings import HealthSettings
-from policy.cli import parse_since
 from scheduler.cli import when
 from sing.config import Config, ConfigError
 from sing.errors import UserError
+from sing.times import parse_time_or_ago
 from warehouse.legacy import DataFile
 
 NOT_ASCII = ["٧٩", "７９", "৭৯", "²"]
@@ -35,9 +35,9 @@ def test_a_drain_xid_key_in_other_digits_is_refused_by_name(tmp_path: Path, code
 def test_policy_since_takes_ascii_counts_only(count: str) -> None:
     """'٢٤h' was read as 24 hours, '²h' was a ValueError traceback: both are user errors now."""
     now = datetime(2026, 1, 5, tzinfo=UTC)
-    assert parse_since("24h", now) == datetime(2026, 1, 4, tzinfo=UTC)
-    with pytest.raises(UserError, match="ISO 8601"):
-        parse_since(f"{count}h", now)
+    assert parse_time_or_ago("24h", "--since", now) == datetime(2026, 1, 4, tzinfo=UTC)
+    with pytest.raises(ValueError, match="ISO 8601"):
+        parse_time_or_ago(f"{count}h", "--since", now)
 
 
 @pytest.mark.parametrize("seconds", ["٣", "３.5", "²"])

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from policy.cli import parse_since, policy_job
+from policy.cli import policy_job
 from policy.rules import load_rules
 from policy.settings import PolicySettings
 from sing.cli import main
 from sing.config import Config, ConfigError
-from sing.errors import UserError
+from sing.times import parse_time_or_ago
 from tests.policy_world import add_job, add_samples
 from warehouse.store import Warehouse
 
@@ -126,11 +126,11 @@ def test_the_collector_schedules_a_round_only_when_rules_exist(site, tmp_path):
 
 def test_since_accepts_durations_and_times():
     now = datetime(2026, 3, 2, 12, tzinfo=UTC)
-    assert parse_since("24h", now) == now - timedelta(hours=24)
-    assert parse_since("7d", now) == now - timedelta(days=7)
-    assert parse_since("2026-03-01T08:00", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
-    with pytest.raises(UserError, match="--since 'yesterday'"):
-        parse_since("yesterday", now)
+    assert parse_time_or_ago("24h", "--since", now) == now - timedelta(hours=24)
+    assert parse_time_or_ago("7d", "--since", now) == now - timedelta(days=7)
+    assert parse_time_or_ago("2026-03-01T08", "--since", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    with pytest.raises(ValueError, match="--since 'yesterday'"):
+        parse_time_or_ago("yesterday", "--since", now)
 
 
 def test_the_documented_example_is_a_valid_configuration(tmp_path):

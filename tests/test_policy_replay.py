@@ -195,8 +195,8 @@ def test_the_replay_says_what_the_live_evaluator_says(wh, rule):
 
 def test_cli_json_has_rows_and_totals(world, capsys):
     class Args:
-        since = SINCE.isoformat()
-        until = NOW.isoformat()
+        since = SINCE
+        until = NOW
         json = True
         warehouse = str(world.root)
 

@@ -52,3 +52,18 @@ def test_every_command_reads_a_naive_time_as_utc(argv: list[str]) -> None:
     args = build_parser(argv[0]).parse_args(argv)
     option = "now" if "--now" in argv else "since"
     assert getattr(args, option) == datetime(2026, 11, 30, 20, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("argv", [["jobs", "list"], ["policy", "log"], ["incident", "list"]])
+def test_people_may_give_a_time_ago_to_any_since(argv: list[str]) -> None:
+    """`sing jobs list --since 1h` was refused while `sing policy log --since 24h` worked (the
+    first-hour walk of issue 29 tried both)."""
+    before = datetime.now(UTC)
+    since = build_parser(argv[0]).parse_args([*argv, "--since", "90m"]).since
+    assert before - timedelta(minutes=90, seconds=5) < since <= datetime.now(UTC) - HOUR
+
+
+def test_files_may_not_give_a_time_ago() -> None:
+    """A trace's release_start of "7d" would move with the day it is read."""
+    with pytest.raises(ValueError, match="is not an ISO 8601 time"):
+        parse_time("7d")

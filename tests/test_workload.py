@@ -236,7 +236,9 @@ def test_a_damaged_release_is_named(site, tmp_path: Path) -> None:
     (damaged / "datapackage.json").write_text(json.dumps({**package, "release_start": "soon"}))
     out = run_sing("--warehouse", str(root), "report", "workload", "--trace", str(damaged))
     assert out.returncode == 1, out.stderr
-    assert "release_start 'soon' is not an ISO 8601 time" in out.stderr and str(damaged) in out.stderr
+    assert (
+        "release_start 'soon' is not an ISO 8601 time" in out.stderr and str(damaged) in out.stderr
+    )
     (damaged / "jobs.parquet").unlink()
     out = run_sing("--warehouse", str(root), "report", "workload", "--trace", str(damaged))
     assert out.returncode == 1 and "no jobs.parquet" in out.stderr, out.stderr
