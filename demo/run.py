@@ -27,8 +27,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from demo.cluster import LiveCluster, now_utc
+from exporters.fake_nvml import DEFAULT_DESCRIPTION, load_yaml
+from warehouse import synthetic
 from warehouse.store import Warehouse
 from warehouse.synthetic import SAMPLE_S, generate, node_names
 
@@ -159,6 +162,19 @@ records_file = "jobs.json"
         )
         log.info("started %s (pid %d)", name, self.children[name].pid)
 
+    def write_devices(self) -> Path:
+        """The fake GPUs the exporter serves: the built-in node with the seeded history's model,
+        memory and count, so each node keeps one inventory version from history to live."""
+        seeded = {
+            "model": synthetic.GPU_MODEL,
+            "memory_total": synthetic.GPU_MEMORY,
+            "count": self.o.gpus_per_node,
+        }
+        path = self.home / "devices.yaml"
+        description = load_yaml(DEFAULT_DESCRIPTION, "fake device description") | seeded
+        path.write_text(yaml.safe_dump(description, sort_keys=False))
+        return path
+
     def start_children(self) -> None:
         nodes = [
             f"--node={name}:{self.o.port_base + n}"
@@ -168,6 +184,7 @@ records_file = "jobs.json"
             "exporter",
             "exporter",
             "--fake",
+            str(self.write_devices()),
             "--fake-state",
             str(self.home / "state.json"),
             "--fake-root",

@@ -28,7 +28,7 @@ from demo.run import children_of
 from sing.config import Config
 from tests.debian import BROWSER_PACKAGES, ensure_packages
 from tests.ports import free_port_block
-from warehouse import analytics
+from warehouse import analytics, synthetic
 from warehouse.coverage import site_coverage
 from warehouse.store import Warehouse
 
@@ -177,6 +177,10 @@ def test_live_demo_end_to_end(tmp_path: Path) -> None:
         seeded = "TRY_CAST(job_id AS BIGINT) < 500000"
         unfinished = f"SELECT count(*) FROM jobs WHERE {seeded} AND end_time IS NULL"
         assert con.execute(unfinished).fetchall() == [(0,)]
+        # The live GPUs are the seeded history's: one model in the inventory (the trace
+        # export's k rule read a node's two models differently on each evaluation).
+        models = con.execute("SELECT DISTINCT gpu_model FROM nodes").fetchall()
+        assert models == [(synthetic.GPU_MODEL,)]
         usage = analytics.job_usage(con, needs=site_coverage(Config.load(home / "sing.toml")))
         con.close()
         coverage = usage.filter(pl.col("job_id").cast(pl.Int64) < 500000)["coverage"]

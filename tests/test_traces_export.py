@@ -510,3 +510,26 @@ def test_default_policy_export_is_valid_and_says_how_it_was_made(warehouse, tmp_
     assert all(n == [f"n{i + 1}" for i in range(len(n))] for n in jobs["nodes"].to_pylist())
     readme = (tmp_path / "t" / "README.md").read_text()
     assert "## Threat model" in readme and "sacct -a" in readme
+
+
+def test_a_node_whose_model_changed_gives_every_key_the_same_release(tmp_path) -> None:
+    """A node with two inventory versions (the demo's seeded H100 history, then its H200 fake
+    devices) gave each evaluation of the k rule another model per node, so about one export in
+    three came out empty with exit status 0. Each job now takes its node's version at its
+    start, and twelve keys give one release."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("nodes", inventory())
+    changed = T0 + timedelta(days=1)
+    wh.append("nodes", inventory(["H100"] * 3).set_column(4, "valid_from", pa.array([changed] * 3)))
+    jobs = [
+        job(100 * u + i, user, 4 * i + u / 10, 5, 1, [HOSTS[0]], 1)
+        for u, user in enumerate(USERS[:5])
+        for i in range(12)
+    ]
+    wh.append("jobs", pa.Table.from_pylist(jobs))
+    settings = TraceSettings(quasi_identifiers=("shape",))
+    releases = [build_release(wh, T0, UNTIL, bytes([k]) * 32, settings) for k in range(12)]
+    assert {r.jobs.num_rows for r in releases} == {len(jobs)}
+    # six jobs per user before the change, six after: the version at each job's start
+    models = releases[0].jobs["gpu_model"].to_pylist()
+    assert {m: models.count(m) for m in set(models)} == {"A100": 30, "H100": 30}

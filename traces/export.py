@@ -36,7 +36,7 @@ from traces.format import (
 )
 from traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
 from traces.settings import ANY, TraceSettings, load_key
-from warehouse.analytics import HOME_CLUSTER, job_gpu_sql, job_rdma_sql
+from warehouse.analytics import HOME_CLUSTER, first_node_version_join, job_gpu_sql, job_rdma_sql
 from warehouse.store import Warehouse
 
 
@@ -130,15 +130,13 @@ def outcome_sql(t: str) -> str:
 
 
 PEOPLE_SQL = f"""
-CREATE TEMP VIEW people AS
-    SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, partition,
+CREATE TEMP TABLE people AS
+    SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, t.partition,
            time_limit_s, submit_bin, run_bin, queue_bin, d.clean AS dependencies,
            {outcome_sql("t")}
     FROM (SELECT * FROM sel JOIN coarse USING (r)) t
     LEFT JOIN deps d ON d.raw = t.dependencies
-    LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model
-               FROM nodes GROUP BY ALL) m
-         ON m.cluster = t.cluster AND m.node = t.nodes[1]
+    {first_node_version_join("t")}
 """
 
 # Every node the selected jobs touched, renamed n001, n002, ... in name order, or in the order

@@ -45,6 +45,7 @@ from traces.anonymize import OTHER, pseudonymize
 from traces.export import MAX_SHIFT_S, build_release
 from traces.format import JOBS, conform, exit_class_sql, state_sql
 from traces.settings import ANY, TraceSettings
+from warehouse.analytics import first_node_version_join
 from warehouse.store import Warehouse
 
 CLAIM_POSTERIOR = 0.5  # the attacker names a user only when more likely than not
@@ -66,8 +67,7 @@ SELECT j.job_id AS pub, j."user", j.account, j.partition, j.num_nodes, j.gpus_pe
        CASE WHEN j.start_time < $seen THEN epoch(j.start_time) END AS start,
        CASE WHEN j.end_time <= $seen THEN epoch(j.end_time) END AS "end"
 FROM jobs j
-LEFT JOIN (SELECT cluster, node, any_value(gpu_model) AS gpu_model FROM nodes GROUP BY ALL) m
-       ON m.cluster = j.cluster AND m.node = j.nodes[1]
+{first_node_version_join("j")}
 WHERE j.submit_time >= $from AND j.submit_time < $to
 """
 
