@@ -353,7 +353,8 @@ def jain_over_time(root: str, since: datetime, until: datetime, bucket: str) -> 
 class TraceRelease:
     jobs: pl.DataFrame
     suppressed_jobs: int
-    zip_bytes: bytes
+    zip_bytes: bytes  # empty when refused
+    refused: str | None = None  # why it may not be published (`Release.refusal`)
 
 
 @cached
@@ -363,10 +364,13 @@ def trace_release(
     """The anonymized release of [since, until): its jobs for a preview and the same release
     zipped (Parquet/CSV + datapackage.json), so what is previewed is what is downloaded."""
     release = build_release(Warehouse(root), since, until, load_key(settings.key_file), settings)
+    jobs = pl.from_arrow(release.jobs)
+    if refused := release.refusal(settings):
+        return TraceRelease(jobs, release.suppressed_jobs, b"", refused)
     with tempfile.TemporaryDirectory(prefix="sing-trace-") as tmp:
-        path = write_release(Path(tmp) / "trace", release, settings.write_csv)
+        path = write_release(Path(tmp) / "trace", release, settings)
         archive = zip_trace(path)
-    return TraceRelease(pl.from_arrow(release.jobs), release.suppressed_jobs, archive)
+    return TraceRelease(jobs, release.suppressed_jobs, archive)
 
 
 # ---- simulator -------------------------------------------------------------------------

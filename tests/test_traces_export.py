@@ -533,3 +533,33 @@ def test_a_node_whose_model_changed_gives_every_key_the_same_release(tmp_path) -
     # six jobs per user before the change, six after: the version at each job's start
     models = releases[0].jobs["gpu_model"].to_pylist()
     assert {m: models.count(m) for m in set(models)} == {"A100": 30, "H100": 30}
+
+
+def test_a_release_that_keeps_nothing_is_refused_and_nothing_written(
+    tmp_path, warehouse, capsys
+) -> None:
+    """Six users, a k of 7: no cell can be kept. Exit status 0 with "0 jobs" passed for a
+    release; it is refused with the reason now, and the directory is not created."""
+    config = tmp_path / "sing.toml"
+    config.write_text("[trace]\nk = 7\n")
+    out = tmp_path / "release"
+    args = ["--config", str(config), "--warehouse", str(warehouse.root), "trace", "export"]
+    window = ["--since", T0.isoformat(), "--until", UNTIL.isoformat(), "--out", str(out)]
+    assert main([*args, *window]) == 1
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "the release would keep 0 of the window's 14 jobs" in err and "k=7 rule" in err
+
+
+def test_a_release_under_the_configured_share_is_refused(warehouse) -> None:
+    """The fixture's default release keeps some jobs; asking for all of them refuses it, with
+    the shares; asking for none writes it."""
+    release = build_release(warehouse, T0, UNTIL, KEY, TraceSettings())
+    kept = release.jobs.num_rows
+    assert 0 < kept < release.window_jobs
+    assert release.refusal(TraceSettings()) is None
+    refusal = release.refusal(TraceSettings(min_kept_share=1.0))
+    share = f"{kept / release.window_jobs:.0%}"
+    assert (
+        refusal.startswith(f"the release would keep {kept:,} of the window's") and share in refusal
+    )

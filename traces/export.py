@@ -139,6 +139,18 @@ CREATE TEMP TABLE people AS
     {first_node_version_join("t")}
 """
 
+# The window's jobs and GPU-hours (to the window end), and the GPU-hours of those kept.
+# Parameters: $until.
+KEPT_SHARE_SQL = """
+SELECT count(*), coalesce(sum(h), 0.0), coalesce(sum(h) FILTER (WHERE kept), 0.0)
+FROM (
+    SELECT r IN (SELECT r FROM kept) AS kept,
+           CASE WHEN start_time < $until THEN num_gpus * (
+               epoch(least(coalesce(end_time, $until), $until)) - epoch(start_time)) / 3600 END AS h
+    FROM sel
+)
+"""
+
 # Every node the selected jobs touched, renamed n001, n002, ... in name order, or in the order
 # of a keyed hash of the name (random aliases). Parameters: $width, $salt.
 NODE_MAP_SQL = """
@@ -378,6 +390,29 @@ class Release:
     suppressed_jobs: int
     incidents: pa.Table
     nodes: pa.Table | None = None  # the cluster's inventory (format 1.2)
+    # What the window held, against which the release's share is judged (exact, not coarsened).
+    window_jobs: int = 0
+    window_gpu_hours: float = 0.0
+    kept_gpu_hours: float = 0.0
+
+    def refusal(self, settings: TraceSettings) -> str | None:
+        """Why this release must not be published, or None: it keeps none of the window's
+        jobs, or less than `[trace] min_kept_share` of them or of their GPU-hours. A release
+        that keeps nothing says nothing about the cluster and would pass for one that did."""
+        if not self.window_jobs:
+            return None  # an empty window: the release is as empty, and says so
+        kept = self.jobs.num_rows
+        jobs = kept / self.window_jobs
+        hours = self.kept_gpu_hours / self.window_gpu_hours if self.window_gpu_hours else 1.0
+        if kept and min(jobs, hours) >= settings.min_kept_share:
+            return None
+        return (
+            f"the release would keep {kept:,} of the window's {self.window_jobs:,} jobs "
+            f"({jobs:.0%}) and {hours:.0%} of their GPU-hours, under [trace] min_kept_share "
+            f"= {settings.min_kept_share:g} (or none at all): the k={settings.k} rule over "
+            f"{', '.join(_quasi_identifiers(settings))} left the rest out; nothing written "
+            "(widen the window, or coarsen: lower k or fewer quasi_identifiers)"
+        )
 
 
 @dataclass
@@ -457,7 +492,12 @@ def build_release(
         threat_model=THREAT_MODEL,
         policy=_policy(settings),
     )
-    return Release(jobs, series, info, suppressed, incidents, inventory)
+    ((window_jobs, window_hours, kept_hours),) = con.execute(
+        KEPT_SHARE_SQL, _used(params, KEPT_SHARE_SQL)
+    ).fetchall()
+    return Release(
+        jobs, series, info, suppressed, incidents, inventory, window_jobs, window_hours, kept_hours
+    )
 
 
 def export_trace(
@@ -475,19 +515,22 @@ def export_trace(
     """
     key = key if key is not None else load_key(settings.key_file)
     release = build_release(warehouse, since, until, key, settings, timeseries)
-    path = write_release(out_dir, release, settings.write_csv)
+    path = write_release(out_dir, release, settings)
     figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
     return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
 
 
-def write_release(out_dir: str | Path, release: Release, write_csv: bool = True) -> Path:
-    """Write a release built in memory as a trace directory (atomically), every resource."""
+def write_release(out_dir: str | Path, release: Release, settings: TraceSettings) -> Path:
+    """Write a release built in memory as a trace directory (atomically), every resource;
+    refused with the reason (UserError) when it keeps too little to publish."""
+    if refusal := release.refusal(settings):
+        raise UserError(refusal)
     return write_trace(
         out_dir,
         release.jobs,
         release.info,
         release.timeseries,
-        write_csv,
+        settings.write_csv,
         nodes=release.nodes,
         incidents=release.incidents,
     )

@@ -103,6 +103,9 @@ class TraceSettings:
     title: str = "GPU cluster job trace"
     collected_by: str = "sing (telemetry, accounting and trace analytics for GPU clusters)"
     write_csv: bool = True
+    # A release that keeps a smaller share of the window's jobs, or of their GPU-hours, is not
+    # written (0: only one that keeps none of a window's jobs is refused).
+    min_kept_share: float = 0.0
 
     @classmethod
     def precise(cls, **overrides) -> TraceSettings:
@@ -142,6 +145,8 @@ class TraceSettings:
             raise UserError(f"[trace] time_resolution_s < 0: {self.time_resolution_s}")
         if self.duration_ratio < 1:
             raise UserError(f"[trace] duration_ratio < 1: {self.duration_ratio}")
+        if not 0 <= self.min_kept_share <= 1:
+            raise UserError(f"[trace] min_kept_share: a share 0-1, not {self.min_kept_share}")
         bad = [d for d in self.drop if d not in DROPPABLE]
         if bad:
             raise UserError(

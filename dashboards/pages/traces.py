@@ -26,6 +26,9 @@ with st.spinner("Building the anonymized release..."):
 a, b = st.columns(2)
 a.metric("Jobs in the release", f"{release.jobs.height:,}")
 b.metric("Jobs left out (rare shapes)", f"{release.suppressed_jobs:,}")
+if release.refused:
+    st.error(f"No download: {release.refused}.")
+    st.stop()
 st.download_button(
     "Download trace (zip)",
     data=release.zip_bytes,
