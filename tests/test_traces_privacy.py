@@ -287,6 +287,21 @@ def test_cli_attack_prints_the_configured_policy(campus, tmp_path, capsys):
     header, row, legend = capsys.readouterr().out.splitlines()
     assert "users linked" in header and row.startswith("as configured")
     assert f"{result['users_linked']:>5,} ({result['users_pct']:5.1f} %)" in row
+    assert row.endswith("writes") and result["refused"] is None
+
+
+def test_cli_attack_says_when_export_would_write_nothing(campus, tmp_path, capsys):
+    """The attack reports what `sing trace export` writes: a policy whose release is under
+    [trace] min_kept_share is marked refused, with the export's reason."""
+    wh, _ = campus
+    config = tmp_path / "sing.toml"
+    config.write_text("[trace]\nmin_kept_share = 1.0\n")
+    args = ["--config", str(config), "--warehouse", str(wh.root), "trace", "attack"]
+    window = ["--since", "2017-11-01", "--until", "2017-11-08", "--only-configured"]
+    assert main([*args, *window]) == 0
+    header, row, legend, why = capsys.readouterr().out.splitlines()
+    assert row.endswith("refused")
+    assert why.startswith("as configured: `sing trace export` would write nothing: the release")
 
 
 def print_table() -> None:

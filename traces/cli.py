@@ -122,16 +122,20 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
         return 0
     print(
         f"{'policy':<28} {'jobs':>7} {'left out':>8} {'users':>5} {'users linked':>14} "
-        f"{'jobs linked':>14} {'wrong':>6} {'run KS':>6} {'queue KS':>8}"
+        f"{'jobs linked':>14} {'wrong':>6} {'run KS':>6} {'queue KS':>8}  export"
     )
     for r in results:
         print(
             f"{r.scenario:<28} {r.jobs:>7,} {r.left_out:>8,} {r.users:>5,} "
             f"{r.users_linked:>5,} ({r.users_pct:5.1f} %) "
             f"{r.jobs_linked:>5,} ({r.jobs_pct:5.1f} %) "
-            f"{r.wrong_claims:>6,} {_ratio(r.run_ks):>6} {_ratio(r.queue_ks):>8}"
+            f"{r.wrong_claims:>6,} {_ratio(r.run_ks):>6} {_ratio(r.queue_ks):>8}  "
+            + ("refused" if r.refused else "writes")
         )
     print("users/jobs linked: named correctly by the attack; wrong: jobs named wrongly; KS: 0-1")
+    for r in results:
+        if r.refused:
+            print(f"{r.scenario}: `sing trace export` would write nothing: {r.refused}")
     return 0
 
 

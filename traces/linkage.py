@@ -97,6 +97,7 @@ class Linkage:
     wrong_claims: int
     run_ks: float | None
     queue_ks: float | None
+    refused: str | None = None  # why `sing trace export` would write no such release
 
     @property
     def users_pct(self) -> float:
@@ -499,6 +500,7 @@ def evaluate(
         queue_ks=_ks(
             release.jobs, "queue_s", view, pc.subtract(view["start"], view["submit"]), since, until
         ),
+        refused=release.refusal(settings),
     )
 
 
