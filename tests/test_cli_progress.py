@@ -64,6 +64,9 @@ def test_demo_data_and_trace_export_show_progress_on_a_terminal(tmp_path: Path) 
 
     window = ("--since", "2026-01-01", "--until", "2026-01-03")
     out = tmp_path / "trace"
+    config = tmp_path / "k1.toml"  # every job kept: a release that keeps none is refused
+    config.write_text("[trace]\nk = 1\n")
+    wh = (*wh, "--config", str(config))
     code, stdout, terminal = on_terminal(*wh, "trace", "export", *window, "--out", str(out))
     assert code == 0 and stdout.startswith(f"wrote {out}")
     assert re.fullmatch(r"(\r\x1b\[Ktrace export: \d+ s)+\r\n", terminal), terminal

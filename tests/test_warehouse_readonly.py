@@ -76,10 +76,19 @@ def read_commands(root: Path, out: Path) -> list[list[str]]:
             ["report", "jobs", "--since", "2026-03-01", "--until", END],
             ["report", "cluster", "--since", "2026-03-01", "--until", END],
             ["warehouse", "sql", "SELECT count(*) FROM gpu_samples"],
-            ["trace", "export", "--since", "2026-03-01", "--until", END]
-            + ["--out", str(out), "--key-file", str(key)],
+            ["--config", str(every_job_kept(out.parent)), "trace", "export"]
+            + ["--since", "2026-03-01", "--until", END, "--out", str(out), "--key-file", str(key)],
         )
     ]
+
+
+def every_job_kept(directory: Path) -> Path:
+    """A configuration whose k rule keeps each job of the small demo day (a release that keeps
+    none is refused), readable by anyone."""
+    config = directory / "k1.toml"
+    config.write_text("[trace]\nk = 1\n")
+    config.chmod(0o644)
+    return config
 
 
 def test_read_commands_on_a_read_only_mount(mounted: Path, tmp_path: Path) -> None:

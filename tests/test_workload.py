@@ -201,8 +201,11 @@ def test_the_tables_for_people(site) -> None:
 def test_a_release_from_a_secret_time_origin_has_no_hour_or_weekday(site, tmp_path: Path) -> None:
     root, _ = site
     release = tmp_path / "exported"
-    out = run_sing("--warehouse", str(root), "trace", "export", "--since", MON.isoformat(),
-                   "--until", (MON + 7 * 24 * H).isoformat(), "--out", str(release))  # fmt: skip
+    config = tmp_path / "k1.toml"  # every job kept: a release that keeps none is refused
+    config.write_text("[trace]\nk = 1\n")
+    out = run_sing("--config", str(config), "--warehouse", str(root), "trace", "export",
+                   "--since", MON.isoformat(), "--until", (MON + 7 * 24 * H).isoformat(),
+                   "--out", str(release))  # fmt: skip
     assert out.returncode == 0, out.stderr
     trace = workload(root, "--no-cluster", "--trace", str(release))["rows"][0]
     assert trace["load"] is None and "secret origin" in trace["note"]
