@@ -29,7 +29,7 @@ from accounting import carbon
 from accounting.periods import period_window
 from accounting.settings import AccountingSettings
 from sing.errors import UserError
-from warehouse.analytics import HOME_CLUSTER, NODE_VERSIONS_SQL, _window
+from warehouse.analytics import HOME_CLUSTER, MARKED_VERSIONS_SQL, _window
 from warehouse.store import Warehouse
 
 GROUPS = ("user", "account", "partition", "model")
@@ -109,10 +109,7 @@ WITH j AS (
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            sum(energy_j) AS gpu_energy_j
     FROM gpus GROUP BY ALL
-), versions AS (
-    SELECT *, valid_from = min(valid_from) OVER (PARTITION BY cluster, node) AS first_version
-    FROM ({NODE_VERSIONS_SQL})
-), on_nodes AS (
+), versions AS ({MARKED_VERSIONS_SQL}), on_nodes AS (
     SELECT cluster, job_id, start_time, w_start, w_end, num_gpus, unnest(nodes) AS node,
            len(nodes) AS n
     FROM j WHERE len(nodes) > 0

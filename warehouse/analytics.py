@@ -80,6 +80,13 @@ SELECT cluster, node, gpus, gpu_model, gpu_memory_bytes, partition, source,
 FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM nodes)
 """
 
+# The inventory versions, each marked whether it is its node's first: a job that started before
+# a node's first version takes that version (the hardware did not change).
+MARKED_VERSIONS_SQL = f"""
+SELECT *, valid_from = min(valid_from) OVER (PARTITION BY cluster, node) AS first_version
+FROM ({NODE_VERSIONS_SQL})
+"""
+
 
 def first_node_version_join(job: str, alias: str = "m") -> str:
     """SQL: LEFT JOIN `alias`, the inventory version of job `job`'s first node in force when the
@@ -88,10 +95,8 @@ def first_node_version_join(job: str, alias: str = "m") -> str:
     job, so a node whose model changed gives every job the same answer on every read (an
     any_value over its versions gave a different model per evaluation)."""
     at = f"coalesce({job}.start_time, {job}.submit_time)"
-    return f"""LEFT JOIN (
-    SELECT *, valid_from = min(valid_from) OVER (PARTITION BY cluster, node) AS first_version
-    FROM ({NODE_VERSIONS_SQL})
-) {alias} ON {alias}.cluster = {job}.cluster AND {alias}.node = {job}.nodes[1]
+    return f"""LEFT JOIN ({MARKED_VERSIONS_SQL}) {alias}
+    ON {alias}.cluster = {job}.cluster AND {alias}.node = {job}.nodes[1]
    AND ({alias}.valid_from <= {at} OR {alias}.first_version) AND {at} < {alias}.valid_until"""
 
 
