@@ -33,9 +33,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 # The replay's hot modules compiled with mypyc (needs a C compiler and the Python headers; optional:
-# without a current build the same sources run as pure Python). See scheduler/native.py.
+# without a current build the same sources run as pure Python). See sing/scheduler/native.py.
 native: $(STAMP)
-	$(BIN)/python -m scheduler.native build
+	$(BIN)/python -m sing.scheduler.native build
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done

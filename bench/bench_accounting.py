@@ -2,14 +2,14 @@
 
 Targets: `usage()` under 1 s warm (by account, user, partition and model, over the last month
 and over the whole year); a month's statements of every account under 5 s together, as `sing
-report statement --all` builds them (accounting.statement, HTML included), for each month of the
-year (the slowest month against the target; the year's total is printed beside it).
+report statement --all` builds them (sing.accounting.statement, HTML included), for each month of
+the year (the slowest month against the target; the year's total is printed beside it).
 
-The history (seed 0, 365 days ending 2026-01-01) is generated once with warehouse.synthetic and
+The history (seed 0, 365 days ending 2026-01-01) is generated once with sing.warehouse.synthetic and
 cached in /tmp/sing-bench-accounting-365d. It is sampled every 5 minutes instead of 15 s: the
 reports read the per-day and per-hour rollups, whose rows (per job, GPU and day; per GPU and
 hour) do not depend on the scrape interval, and a year at 15 s would take half an hour to write.
-Every timing opens a fresh snapshot (`accounting.usage.snapshot`), as the CLI does, and shows
+Every timing opens a fresh snapshot (`sing.accounting.usage.snapshot`), as the CLI does, and shows
 that part apart;
 "warm" is the median of 3 calls after a first ("cold") one, all in this process, with its CPU
 time beside it; the load average is printed before and after.
@@ -31,13 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accounting import statement  # noqa: E402
-from accounting.periods import period_window  # noqa: E402
-from accounting.settings import AccountingSettings  # noqa: E402
-from accounting.usage import snapshot, usage  # noqa: E402
 from bench.bench_reports import ensure_history  # noqa: E402
-from warehouse import synthetic  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.accounting import statement  # noqa: E402
+from sing.accounting.periods import period_window  # noqa: E402
+from sing.accounting.settings import AccountingSettings  # noqa: E402
+from sing.accounting.usage import snapshot, usage  # noqa: E402
+from sing.warehouse import synthetic  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 CACHE = Path("/tmp/sing-bench-accounting-365d")
 DAYS, SAMPLE_S = 365, 300  # seed 0, as bench_reports

@@ -28,13 +28,13 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.convert import WANTED, read_node
-from collector.promtext import parse
-from collector.service import Collector
-from collector.settings import CollectorSettings
-from collector.targets import target_from
+from sing.collector.convert import WANTED, read_node
+from sing.collector.promtext import parse
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
+from sing.collector.targets import target_from
 from sing.config import Config
-from warehouse.store import Warehouse
+from sing.warehouse.store import Warehouse
 
 SERVERS = 4
 INTERVAL_S = 15.0

@@ -26,11 +26,11 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboards.access import PAGES
-from warehouse.store import Warehouse
-from warehouse.synthetic import generate
+from sing.dashboards.access import PAGES
+from sing.warehouse.store import Warehouse
+from sing.warehouse.synthetic import generate
 
-APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
+APP = str(Path(__file__).parents[1] / "sing" / "dashboards" / "app.py")
 CACHE = Path(os.environ.get("SING_BENCH_CACHE", "/tmp/sing-bench-cache"))
 END = datetime(2026, 11, 1, tzinfo=UTC)
 COLD_S, WARM_S = 5.0, 2.0

@@ -3,7 +3,7 @@
 Starts `sing demo` (one exporter serving 16 fake nodes, the collector, the dashboard, and the
 demo's own scheduler loop) in a temporary home, reads the CPU time of each process from /proc
 over a window after start-up, and reads the scrapes of every minute from the first one on from
-the warehouse (demo.health). The exporter's CPU is the figure that matters on a small machine:
+the warehouse (sing.demo.health). The exporter's CPU is the figure that matters on a small machine:
 when it cannot answer 16 nodes within the scrape timeout, nodes go down in the dashboard.
 
 Run: .venv/bin/python bench/bench_demo.py [--interval 2 --speed 600]  (the e2e test's pace)
@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from demo.health import scrape_minutes  # noqa: E402
-from demo.run import children_of  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.demo.health import scrape_minutes  # noqa: E402
+from sing.demo.run import children_of  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 NODES = 16
 SETTLE_S = 30  # start-up (imports, the first rounds, the dashboard's first run) is left out
@@ -53,10 +53,11 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def role(pid: int) -> str:
-    """A demo child's part; `sing dashboard` turns itself into `python -m dashboards.cli run`."""
+    """A demo child's part; `sing dashboard` turns itself into
+    `python -m sing.dashboards.cli run`."""
     args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     for word, part in ((b"exporter", "exporter"), (b"collector", "collector"),
-                       (b"dashboards.cli", "dashboard")):  # fmt: skip
+                       (b"sing.dashboards.cli", "dashboard")):  # fmt: skip
         if word in args:
             return part
     return "?"

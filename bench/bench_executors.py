@@ -17,14 +17,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from executors.local import LocalExecutor  # noqa: E402
-from executors.profile import JobProfile  # noqa: E402
-from executors.records import to_tables  # noqa: E402
-from executors.settings import ExecutorSettings  # noqa: E402
-from executors.slurm import SlurmExecutor  # noqa: E402
-from executors.slurm_parse import parse_sacct, parse_squeue  # noqa: E402
-from executors.sync import sync  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.executors.local import LocalExecutor  # noqa: E402
+from sing.executors.profile import JobProfile  # noqa: E402
+from sing.executors.records import to_tables  # noqa: E402
+from sing.executors.settings import ExecutorSettings  # noqa: E402
+from sing.executors.slurm import SlurmExecutor  # noqa: E402
+from sing.executors.slurm_parse import parse_sacct, parse_squeue  # noqa: E402
+from sing.executors.sync import sync  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 DATA = ROOT / "tests" / "executors_data"
 JOBS = 20_000

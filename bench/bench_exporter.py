@@ -15,7 +15,7 @@ Transport: the same registry served over HTTP, over TLS, over TLS with basic aut
 client certificate required too; the server's CPU per scrape (this process; the scraping
 client runs in a child process, a new connection per scrape as Prometheus' short-lived
 exporters see it). No target: the TLS handshake is the price of not publishing who runs what.
-Memory: resident set of a real `python -m exporters --fake` and `sing exporter --fake` process
+Memory: resident set of a real `python -m sing.exporters --fake` and `sing exporter --fake` process
 after some scrapes. Target: under 60 MB (dcgm-exporter users report 70-150 MB).
 
 Run: .venv/bin/python bench/bench_exporter.py   (--health: only the health comparison)
@@ -44,12 +44,12 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from exporters.basicauth import BasicAuth  # noqa: E402
-from exporters.fake_nvml import FakeNvml, load_description  # noqa: E402
-from exporters.fake_world import FakeWorld  # noqa: E402
-from exporters.node import NodeCollector, node_registry  # noqa: E402
-from exporters.web import serve  # noqa: E402
-from exporters.webconfig import load_web_config  # noqa: E402
+from sing.exporters.basicauth import BasicAuth  # noqa: E402
+from sing.exporters.fake_nvml import FakeNvml, load_description  # noqa: E402
+from sing.exporters.fake_world import FakeWorld  # noqa: E402
+from sing.exporters.node import NodeCollector, node_registry  # noqa: E402
+from sing.exporters.web import serve  # noqa: E402
+from sing.exporters.webconfig import load_web_config  # noqa: E402
 from tests.pki import Pki, make_pki  # noqa: E402
 
 HTTP_SCRAPES = 200
@@ -255,7 +255,7 @@ def main() -> None:
           f"{cached:.1f} us cached")  # fmt: skip
     python = [sys.executable, "-m"]
     for name, cmd in [
-        ("python -m exporters --fake", [*python, "exporters", "--fake"]),
+        ("python -m sing.exporters --fake", [*python, "sing.exporters", "--fake"]),
         ("sing exporter --fake", [*python, "sing.cli", "exporter", "--fake"]),
     ]:
         print(f"RSS {name}: {rss_mb(cmd):.1f} MB (target < 60)")

@@ -34,11 +34,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collector.settings import CollectorSettings
-from health.detect import detect_round
-from health.settings import HealthSettings
-from warehouse.schema import table
-from warehouse.store import Warehouse
+from sing.collector.settings import CollectorSettings
+from sing.health.detect import detect_round
+from sing.health.settings import HealthSettings
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse
 
 NODES, GPUS = 16, 8
 SCRAPE_S = CollectorSettings().interval_s

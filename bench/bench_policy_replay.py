@@ -39,9 +39,9 @@ from bench.bench_policy import (  # noqa: E402
     SETTINGS,
     gpu_samples,
 )
-from policy.replay import replay, totals  # noqa: E402
-from policy.rules import load_rules  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.policy.replay import replay, totals  # noqa: E402
+from sing.policy.rules import load_rules  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 NODES = 16
 SAMPLE_S = 60

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sing.config import Thresholds  # noqa: E402
-from warehouse import analytics, synthetic  # noqa: E402
-from warehouse.job_report import job_report, load_notes  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.warehouse import analytics, synthetic  # noqa: E402
+from sing.warehouse.job_report import job_report, load_notes  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 CACHE = Path("/tmp/sing-bench-90d")
 DAYS, SEED = 90, 0
@@ -53,7 +53,7 @@ def ensure_history(
 ) -> dict:
     """The cached warehouse of `days` ending at `end`, sampled every `sample_s`; regenerated when
     missing, half-written, or made by another version of the generator or another interval (the
-    marker records a hash of warehouse/synthetic.py and the interval)."""
+    marker records a hash of sing/warehouse/synthetic.py and the interval)."""
     marker = cache / ".bench-complete"
     version = hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
     version += "" if sample_s == synthetic.SAMPLE_S else f"-every-{sample_s}s"

@@ -1,6 +1,6 @@
 """Replay speed per policy on the full Philly jobs file (82,247 jobs), one core: on today's
 uniform 64 x 8 GPUs, and on a mixed cluster with fractional GPUs and model constraints; as pure
-Python and compiled (`make native`, scheduler/native.py), side by side in one run.
+Python and compiled (`make native`, sing/scheduler/native.py), side by side in one run.
 
 Targets (issues 9 and 14): >= 200,000 jobs/s for fcfs, sjf and sing; >= 100,000 for easy, on every
 path. The mixed runs: 32 nodes of 8 "V100" + 64 nodes of 4 "P100" (the same 512 GPUs); every
@@ -23,11 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import scheduler
-from scheduler.cluster import Node
-from scheduler.settings import POLICIES, SchedulerSettings
-from scheduler.simulate import fitting, make_cluster, replay
-from scheduler.workload import Workload, read_trace
+from sing import scheduler
+from sing.scheduler.cluster import Node
+from sing.scheduler.settings import POLICIES, SchedulerSettings
+from sing.scheduler.simulate import fitting, make_cluster, replay
+from sing.scheduler.workload import Workload, read_trace
 
 PHILLY = Path(__file__).resolve().parents[2] / "shared/traces/philly/philly_pollux_jobs.csv"
 TARGETS = {"fcfs": 200_000, "sjf": 200_000, "sing": 200_000, "easy": 100_000}
@@ -84,7 +84,7 @@ def compiled_build(scratch: Path) -> str | None:
     made here (no C compiler or headers)."""
     if scheduler.NATIVE:
         return str(scheduler.build_dir())
-    from scheduler.native import build
+    from sing.scheduler.native import build
 
     try:
         build(scratch)

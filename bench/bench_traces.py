@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from traces.export import build_release, export_trace
-from traces.importers import import_trace
-from traces.package import write_trace
-from traces.settings import TraceSettings
-from traces.validate import validate
-from warehouse.store import Warehouse
+from sing.traces.export import build_release, export_trace
+from sing.traces.importers import import_trace
+from sing.traces.package import write_trace
+from sing.traces.settings import TraceSettings
+from sing.traces.validate import validate
+from sing.warehouse.store import Warehouse
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DAYS = 60

@@ -16,7 +16,7 @@ measurement runs in its own child process with that checkout or this one first o
   every 20), each day stamped as that many days ago; the log's files and bytes over the year.
   It understates the log by the tombstones of the last real hour (12 compactions of at most 16
   files);
-- history: a synthetic warehouse of DAYS days (`warehouse.synthetic`, 2 nodes x 8 GPUs),
+- history: a synthetic warehouse of DAYS days (`sing.warehouse.synthetic`, 2 nodes x 8 GPUs),
   compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
   over all of it, medians of 5 warm runs.
 
@@ -45,7 +45,7 @@ END = datetime(2026, 1, 10, tzinfo=UTC)
 def phase_appends(batches: int) -> dict:
     import pyarrow as pa
 
-    from warehouse.store import Warehouse
+    from sing.warehouse.store import Warehouse
 
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     nodes = [f"n{i // 8:02d}" for i in range(128)]
@@ -92,7 +92,7 @@ def phase_long_writer(days: int, per_day: int) -> dict:
     CPU time of the last day's appends."""
     import pyarrow as pa
 
-    from warehouse.store import Warehouse
+    from sing.warehouse.store import Warehouse
 
     nodes = [f"n{i // 8:02d}" for i in range(128)]
     cpu = []
@@ -132,7 +132,7 @@ def busy_machine() -> list[subprocess.Popen]:
 def phase_bulk(rows: int) -> dict:
     import pyarrow as pa
 
-    from warehouse.store import Warehouse
+    from sing.warehouse.store import Warehouse
 
     rng = np.random.default_rng(0)
     start = int(END.timestamp() * 1_000_000)
@@ -164,8 +164,8 @@ def phase_log(days: int, commits: int) -> dict:
     (log entries a day, removed files' tombstones an hour) see their real ages."""
     import pyarrow as pa
 
-    from warehouse import delta, maintenance
-    from warehouse.store import Warehouse
+    from sing.warehouse import delta, maintenance
+    from sing.warehouse.store import Warehouse
 
     samples: dict[int, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,8 +198,8 @@ def phase_log(days: int, commits: int) -> dict:
 
 
 def phase_history(days: int, label: str) -> dict:
-    from warehouse import analytics, synthetic
-    from warehouse.store import Warehouse
+    from sing.warehouse import analytics, synthetic
+    from sing.warehouse.store import Warehouse
 
     root = Path(tempfile.gettempdir()) / f"sing-bench-delta-{label}-{days}d"
     marker = root / ".bench-complete"

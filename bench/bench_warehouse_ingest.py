@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from warehouse import delta, files
-from warehouse.schema import table
-from warehouse.store import Warehouse, conform, split_by_day
+from sing.warehouse import delta, files
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse, conform, split_by_day
 
 GPUS_PER_NODE = 8
 SCRAPE_S = 15

@@ -1,4 +1,4 @@
-"""Latency of the workload report (warehouse/workload.py) over a year of jobs and over Philly.
+"""Latency of the workload report (sing/warehouse/workload.py) over a year of jobs and over Philly.
 
 Sources: the year-old warehouse of bench/bench_accounting.py (365 days of 16 x 8 GPUs, ~74 k
 jobs, cached in /tmp/sing-bench-accounting-365d; about 30 min to make the first time), and the
@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_accounting import CACHE, DAYS, END, SAMPLE_S  # noqa: E402
 from bench.bench_reports import cli_start_s, ensure_history  # noqa: E402
-from traces.importers import import_trace  # noqa: E402
-from warehouse import workload  # noqa: E402
-from warehouse.store import Warehouse  # noqa: E402
+from sing.traces.importers import import_trace  # noqa: E402
+from sing.warehouse import workload  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
 
 PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly_pollux_jobs.csv"
 WARM_RUNS = 3

@@ -23,22 +23,22 @@ from sing.errors import UsageError, UserError
 # Only the module of the command being run is imported, so `sing exporter` on a GPU node does
 # not load DuckDB, polars or Streamlit.
 COMMANDS = {
-    "warehouse": "warehouse.cli",
-    "report": "warehouse.reports_cli",
-    "job": "warehouse.reports_cli",
-    "demo-data": "warehouse.reports_cli",
-    "simulate": "scheduler.cli",
-    "submit": "executors.cli",
-    "run": "executors.cli",
-    "jobs": "executors.cli",
-    "exporter": "exporters.cli",
-    "collector": "collector.cli",
-    "dashboard": "dashboards.cli",
-    "trace": "traces.cli",
-    "demo": "demo.cli",
-    "policy": "policy.cli",
-    "incident": "health.cli",
-    "health": "health.report_cli",
+    "warehouse": "sing.warehouse.cli",
+    "report": "sing.warehouse.reports_cli",
+    "job": "sing.warehouse.reports_cli",
+    "demo-data": "sing.warehouse.reports_cli",
+    "simulate": "sing.scheduler.cli",
+    "submit": "sing.executors.cli",
+    "run": "sing.executors.cli",
+    "jobs": "sing.executors.cli",
+    "exporter": "sing.exporters.cli",
+    "collector": "sing.collector.cli",
+    "dashboard": "sing.dashboards.cli",
+    "trace": "sing.traces.cli",
+    "demo": "sing.demo.cli",
+    "policy": "sing.policy.cli",
+    "incident": "sing.health.cli",
+    "health": "sing.health.report_cli",
     "doctor": "sing.doctor",
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
@@ -152,7 +152,7 @@ def _missing_warehouse_is_an_error() -> Iterator[None]:
     the first write creates it. Only a command whose module loaded the warehouse needs the
     switch (importing it here would load DuckDB for `sing exporter` too), and it is undone
     after the command, for callers of `main` in a longer-lived process (tests)."""
-    store = sys.modules.get("warehouse.store")
+    store = sys.modules.get("sing.warehouse.store")
     if store is None:
         yield
         return

@@ -71,7 +71,7 @@ class Thresholds:
     low_rdma_bytes_per_node_hour: float = 1e9  # multi-node job "barely talks" under this
     idle_job_min_hours: float = 1.0  # idle-job report ignores allocations shorter than this
     memory_low_ratio: float = 0.1  # peak memory under this share of the card is flagged
-    notes_file: str = ""  # job-report notes (TOML); empty: warehouse/job_notes.toml
+    notes_file: str = ""  # job-report notes (TOML); empty: sing/warehouse/job_notes.toml
 
 
 class Config:

@@ -20,18 +20,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.scrape import PayloadError, fetch
+from sing.collector.scrape import PayloadError, fetch
 from sing.config import Config, ConfigError
 from sing.digits import ascii_digits
 from sing.errors import UserError
 
 if TYPE_CHECKING:
-    from collector.client import ScrapeClient
-    from collector.settings import CollectorSettings
-    from collector.targets import Target
-    from executors.slurm import Runner
-    from exporters.settings import ExporterSettings
-    from exporters.webconfig import WebConfig
+    from sing.collector.client import ScrapeClient
+    from sing.collector.settings import CollectorSettings
+    from sing.collector.targets import Target
+    from sing.executors.slurm import Runner
+    from sing.exporters.settings import ExporterSettings
+    from sing.exporters.webconfig import WebConfig
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -66,8 +66,8 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
 
 def check_config(config: Config) -> Finding:
     """Every section of the site file must parse against its owner's settings."""
-    from collector.settings import CollectorSettings
-    from exporters.settings import ExporterSettings
+    from sing.collector.settings import CollectorSettings
+    from sing.exporters.settings import ExporterSettings
 
     schemas = {"collector": CollectorSettings, "exporter": ExporterSettings}
     where = str(config.path) if config.path else "built-in defaults (no sing.toml found)"
@@ -82,7 +82,7 @@ def check_config(config: Config) -> Finding:
 
 
 def exporter_settings(config: Config) -> ExporterSettings:
-    from exporters.settings import ExporterSettings
+    from sing.exporters.settings import ExporterSettings
 
     return config.section("exporter", ExporterSettings)
 
@@ -110,7 +110,7 @@ def check_job_mapping(args: argparse.Namespace, config: Config) -> Finding:
         return Finding(
             WARN,
             "gpu-job mapping",
-            f"{directory} does not exist: install exporters/deploy/slurm-prolog.sh and "
+            f"{directory} does not exist: install sing/exporters/deploy/slurm-prolog.sh and "
             "slurm-epilog.sh as Slurm's Prolog/Epilog, or GPUs without a process go unattributed",
         )
     bad = []
@@ -163,9 +163,9 @@ def check_rdma(args: argparse.Namespace, config: Config) -> Finding:
 def check_exporter(args: argparse.Namespace, config: Config) -> Finding:
     """Fetch this node's page as the collector would: over the scheme the exporter's web config
     sets, with the [collector]'s CA and credentials when this file has them."""
-    from collector.client import PLAIN
-    from collector.settings import CollectorSettings
-    from exporters.webconfig import WebConfigError
+    from sing.collector.client import PLAIN
+    from sing.collector.settings import CollectorSettings
+    from sing.exporters.webconfig import WebConfigError
 
     settings = exporter_settings(config)
     try:
@@ -192,8 +192,8 @@ def check_exporter(args: argparse.Namespace, config: Config) -> Finding:
 
 def check_exporter_access(args: argparse.Namespace, config: Config) -> Finding:
     """The page names users and their jobs: warn when the network can read it in clear."""
-    from exporters.cli import exposure_warning
-    from exporters.webconfig import WebConfigError
+    from sing.exporters.cli import exposure_warning
+    from sing.exporters.webconfig import WebConfigError
 
     settings = exporter_settings(config)
     try:
@@ -207,7 +207,7 @@ def check_exporter_access(args: argparse.Namespace, config: Config) -> Finding:
 
 def _web_config(settings: ExporterSettings, config: Config) -> WebConfig:
     """The exporter's web config as `sing exporter` reads it (relative to the config file)."""
-    from exporters.webconfig import WebConfig, load_web_config
+    from sing.exporters.webconfig import WebConfig, load_web_config
 
     if not settings.web_config_file:
         return WebConfig()
@@ -218,7 +218,7 @@ def _own_exporter_client(collector: CollectorSettings, config: Config) -> Scrape
     """The collector's client without its host name check: this node reaches its exporter
     through its listen address, the collector by whatever name it knows the node by (which
     `sing doctor head` checks against the certificate)."""
-    from collector.client import ScrapeClient
+    from sing.collector.client import ScrapeClient
 
     client = ScrapeClient.from_settings(collector, config)
     tls = client.tls or ssl.create_default_context()  # a context of our own, never the shared one
@@ -234,8 +234,8 @@ def _local_host(address: str) -> str:
 
 
 def check_warehouse(args: argparse.Namespace, config: Config) -> Finding:
-    from warehouse.migrations import CURRENT_VERSION
-    from warehouse.store import Warehouse
+    from sing.warehouse.migrations import CURRENT_VERSION
+    from sing.warehouse.store import Warehouse
 
     root = config.warehouse_dir(args.warehouse)
     try:
@@ -252,7 +252,7 @@ def check_warehouse(args: argparse.Namespace, config: Config) -> Finding:
 
 
 def check_sacct(args: argparse.Namespace, config: Config) -> Finding:
-    from executors.base import executor_settings
+    from sing.executors.base import executor_settings
 
     if executor_settings(config).kind != "slurm":
         return Finding(OK, "job records", "executor is not Slurm; sacct not needed")
@@ -278,9 +278,9 @@ def check_gpu_accounting(
 ) -> Finding:
     """Slurm puts GPUs into job TRES (sacct, sreport, finished jobs' GPU counts) only when
     `gres/gpu` is in AccountingStorageTRES, which is not the default: say the line to add."""
-    from executors.base import executor_settings
-    from executors.slurm import SlurmExecutor
-    from executors.slurm_parse import config_value
+    from sing.executors.base import executor_settings
+    from sing.executors.slurm import SlurmExecutor
+    from sing.executors.slurm_parse import config_value
 
     settings = executor_settings(config)
     if settings.kind != "slurm":
@@ -313,8 +313,8 @@ def check_slurm_commands(args: argparse.Namespace, config: Config) -> Finding:
     """Scheduler commands that timed out or failed within the last hour, as the collector
     recorded them in `command_failures`: a hung slurmctld stalls job sync, policy rounds and
     drains, and says so only here and in the collector's log and /metrics."""
-    from executors.base import TIMEOUT
-    from warehouse.store import Warehouse
+    from sing.executors.base import TIMEOUT
+    from sing.warehouse.store import Warehouse
 
     since = datetime.now(UTC) - FAILURE_WINDOW
     try:
@@ -345,9 +345,9 @@ def check_slurm_commands(args: argparse.Namespace, config: Config) -> Finding:
 def check_policy_reach(args: argparse.Namespace, config: Config) -> Finding:
     """A real ladder (a rule with dry_run = false) needs a channel to every job's owner: the
     collector and `sing policy run` refuse to start without one, so say it here first."""
-    from policy.postman import unreached_owners
-    from policy.rules import load_rules
-    from policy.settings import PolicySettings
+    from sing.policy.postman import unreached_owners
+    from sing.policy.rules import load_rules
+    from sing.policy.settings import PolicySettings
 
     settings = config.section("policy", PolicySettings)
     problem = unreached_owners(settings)
@@ -361,8 +361,8 @@ def check_policy_reach(args: argparse.Namespace, config: Config) -> Finding:
 
 def check_targets(args: argparse.Namespace, config: Config) -> Finding:
     """Fetch every target with the collector's own client, settings and limits."""
-    from collector.cli import target_source
-    from collector.settings import CollectorSettings
+    from sing.collector.cli import target_source
+    from sing.collector.settings import CollectorSettings
 
     try:
         settings = config.section("collector", CollectorSettings)
@@ -392,8 +392,8 @@ def check_targets(args: argparse.Namespace, config: Config) -> Finding:
 
 def _probe(target: Target, settings: CollectorSettings) -> Problem | None:
     """What stops the collector scraping `target`, or None when nothing does."""
-    from collector.convert import WANTED
-    from collector.promtext import ParseError, parse
+    from sing.collector.convert import WANTED
+    from sing.collector.promtext import ParseError, parse
 
     try:
         text = fetch(
@@ -424,7 +424,7 @@ HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH = 62, 64  # OpenSSL's X509_V_ERR_* codes
 
 
 def diagnose(err: Exception, url: str, settings: CollectorSettings) -> Problem:
-    """Turn an error of `collector.scrape.fetch` into what went wrong and how to fix it."""
+    """Turn an error of `sing.collector.scrape.fetch` into what went wrong and how to fix it."""
     if isinstance(err, PayloadError) and str(err).startswith("HTTP 401"):
         if not settings.basic_auth_username:
             return Problem(

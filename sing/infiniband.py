@@ -1,8 +1,8 @@
 """The one InfiniBand traffic-counter rule, shared by sing's exporter and the collector.
 
 A port's traffic can reach sing two ways: sing's exporter reads sysfs itself
-(exporters/rdma.py), or the collector ingests node_exporter's `node_infiniband_*` series
-(collector/convert.py). Both must give the same answer for the same sysfs tree, so both call
+(sing/exporters/rdma.py), or the collector ingests node_exporter's `node_infiniband_*` series
+(sing/collector/convert.py). Both must give the same answer for the same sysfs tree, so both call
 `traffic_value` here.
 
 sysfs has up to two copies of each traffic counter (Linux drivers/infiniband/core/sysfs.c;

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
+APP = str(Path(__file__).parents[1] / "sing" / "dashboards" / "app.py")
 
 
 def open_app(

@@ -10,11 +10,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from executors.local import LocalExecutor
-from policy.engine import Engine
-from policy.messages import Delivery, Message
-from policy.settings import PolicySettings
-from warehouse.store import Warehouse
+from sing.executors.local import LocalExecutor
+from sing.policy.engine import Engine
+from sing.policy.messages import Delivery, Message
+from sing.policy.settings import PolicySettings
+from sing.warehouse.store import Warehouse
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 SAMPLE_S = 60

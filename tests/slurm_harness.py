@@ -14,7 +14,7 @@ fake device nodes `dev/<node>/nvidia0..7`, so GPU indices are per node, as on re
 
 Options for the known-answer test of the whole path (tests/test_real_path.py):
 `gpu_job_mapping=True` installs the project's own Slurm prolog and epilog
-(exporters/deploy/slurm-{prolog,epilog}.sh) with `PrologFlags=Alloc`; both slurmd run on one
+(sing/exporters/deploy/slurm-{prolog,epilog}.sh) with `PrologFlags=Alloc`; both slurmd run on one
 host, so a two-line wrapper gives each node its own mapping directory (`mapping_dir(node)`).
 `first_job_id` sets Slurm's FirstJobId (e.g. 8, so ids cross from one digit to two), and a
 second ordinary user, TEST_USER2, exists in the same account.
@@ -321,7 +321,7 @@ class SlurmCluster:
         if self.gpu_job_mapping:
             for step in ("prolog", "epilog"):
                 wrapper = b / "etc" / f"{step}.sh"
-                script = REPO / "exporters" / "deploy" / f"slurm-{step}.sh"
+                script = REPO / "sing" / "exporters" / "deploy" / f"slurm-{step}.sh"
                 wrapper.write_text(MAPPING_WRAPPER.format(base=b, script=script))
                 wrapper.chmod(0o755)
         (b / "etc" / "gres.conf").write_text(GRES_CONF.format(**values))

@@ -16,11 +16,14 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from accounting.periods import period_window
-from accounting.settings import AccountingSettings
-from accounting.usage import snapshot, usage
-from collector.counters import CounterDeltas
+from sing.accounting.periods import period_window
+from sing.accounting.settings import AccountingSettings
+from sing.accounting.usage import snapshot, usage
+from sing.collector.counters import CounterDeltas
 from sing.errors import UserError
+from sing.warehouse import synthetic
+from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import (
     GIB,
     STEP,
@@ -31,9 +34,6 @@ from tests.test_analytics import (
     run_sing,
     sample_times,
 )
-from warehouse import synthetic
-from warehouse.rollups import IDLE_SAMPLE_UTIL
-from warehouse.store import Warehouse
 
 DAY = timedelta(days=1)
 STEP_J_100W = 100.0 * STEP.total_seconds()  # one step's energy at 100 W: 90 kJ

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import access
+from sing.dashboards import access
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.test_accounting_statement import CONFIG, SHOUTY, write_lab
-from warehouse.store import Warehouse
 
 ADMIN, PI, BOB = "root", "pat", "bob"
 ROLES = f"""

@@ -2,7 +2,7 @@
 
 GPU jobs of known sizes and durations run for two accounts on the loopback Slurm (whose nodes
 declare typed GPUs, `gpu:a100:8`, so sacct lists both `gres/gpu=N` and `gres/gpu:a100=N`), are
-synced into a warehouse the way the collector does it (`collector.jobsync.executor_sync`, i.e.
+synced into a warehouse the way the collector does it (`sing.collector.jobsync.executor_sync`, i.e.
 `sing jobs sync` through the real squeue and sacct), and sing's per-account GPU-seconds must
 equal both `sreport cluster AccountUtilizationByUser -T gres/gpu` and sacct's AllocTRES
 `gres/gpu` x ElapsedRaw for the same jobs.
@@ -22,12 +22,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounting.settings import AccountingSettings
-from accounting.usage import usage
-from collector.jobsync import executor_sync
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor
+from sing.accounting.settings import AccountingSettings
+from sing.accounting.usage import usage
+from sing.collector.jobsync import executor_sync
 from sing.config import Config
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor
+from sing.warehouse.store import Warehouse
 from tests.slurm_harness import (
     CLUSTER,
     TEST_ACCOUNT,
@@ -38,7 +39,6 @@ from tests.slurm_harness import (
     scratch,
 )
 from tests.test_executors_slurm import as_user, wait_for
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

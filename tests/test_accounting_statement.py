@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.test_accounting import add_node
 from tests.test_analytics import add_gpu_samples, add_job, at, run_sing
-from warehouse.store import Warehouse
 
 CONFIG = """
 [site]

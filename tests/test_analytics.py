@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from warehouse import analytics, delta
-from warehouse.schema import table
-from warehouse.store import Warehouse
+from sing.warehouse import analytics, delta
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 SING = ROOT / ".venv" / "bin" / "sing"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sing.cli import build_parser
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import SING, add_job, at, run_sing
-from warehouse.store import Warehouse
 
 
 @pytest.fixture

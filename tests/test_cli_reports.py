@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import (  # noqa: F401 - `usage_wh` is a fixture
     add_busy_job,
     add_gpu_samples,
@@ -15,7 +16,6 @@ from tests.test_analytics import (  # noqa: F401 - `usage_wh` is a fixture
     run_sing,
     usage_wh,
 )
-from warehouse.store import Warehouse
 
 
 def table(text: str) -> list[dict[str, str]]:

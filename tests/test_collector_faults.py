@@ -16,8 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collector.selfmetrics import SelfMetrics
-from collector.writer import BufferedWriter
+from sing.collector.selfmetrics import SelfMetrics
+from sing.collector.writer import BufferedWriter
+from sing.warehouse import delta
+from sing.warehouse.store import Warehouse
 from tests.ports import free_port
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     exporter,
@@ -28,8 +30,6 @@ from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixtur
     wait_for,
     write_config,
 )
-from warehouse import delta
-from warehouse.store import Warehouse
 
 
 def rounds(wh: Warehouse) -> int:

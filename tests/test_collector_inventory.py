@@ -12,16 +12,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collector.convert import Hardware
-from collector.inventory import Inventory, load_inventory
-from executors.records import NodeRecord
+from sing.collector.convert import Hardware
+from sing.collector.inventory import Inventory, load_inventory
+from sing.executors.records import NodeRecord
+from sing.warehouse.schema import TABLES
+from sing.warehouse.store import Warehouse
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     collector_once,
     exporter,
     file_sd_entry,
 )
-from warehouse.schema import TABLES
-from warehouse.store import Warehouse
 
 H200_BYTES = 150_754_820_096
 

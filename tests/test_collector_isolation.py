@@ -18,18 +18,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collector.convert import NodeReading
-from collector.counters import CounterDeltas
-from collector.rows import RoundRows, fit_reading
-from collector.service import Collector
-from collector.settings import CollectorSettings
-from collector.targets import Target
+from sing.collector.convert import NodeReading
+from sing.collector.counters import CounterDeltas
+from sing.collector.rows import RoundRows, fit_reading
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
+from sing.collector.targets import Target
 from sing.config import Config
+from sing.warehouse import delta
+from sing.warehouse.schema import TABLES
+from sing.warehouse.store import Warehouse
 from tests.http_stub import serving
 from tests.test_collector_scrape import collector_once, file_sd_entry, write_config
-from warehouse import delta
-from warehouse.schema import TABLES
-from warehouse.store import Warehouse
 
 SENTINEL = 18446744073709551615  # 2^64 - 1
 GPU = 'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",UUID="GPU-{node}-{gpu}"}} {util}\n'

@@ -12,14 +12,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collector.jobsync import DEFAULT, executor_sync, load_job_sync
-from collector.service import Collector
-from collector.settings import CollectorSettings
-from collector.targets import target_from
+from sing.collector.jobsync import DEFAULT, executor_sync, load_job_sync
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
+from sing.collector.targets import target_from
 from sing.config import Config
 from sing.errors import UserError
+from sing.warehouse.store import Warehouse
 from tests.http_stub import serving
-from warehouse.store import Warehouse
 
 # What the fake executor reports; the tests change it between syncs.
 JOB_STATE = {"state": "RUNNING", "end_time": None}

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.convert import WANTED, Hardware, read_node
-from collector.counters import CounterDeltas
-from collector.promtext import ParseError, parse
-from collector.rows import RoundRows
+from sing.collector.convert import WANTED, Hardware, read_node
+from sing.collector.counters import CounterDeltas
+from sing.collector.promtext import ParseError, parse
+from sing.collector.rows import RoundRows
 from sing.jobids import job_order
 
 TRICKY = r"""# HELP sing_gpu_power_watts Power draw. Has a { brace and "quotes" in help.

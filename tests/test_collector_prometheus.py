@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.debian import ensure_packages
 from tests.ports import free_port
 from tests.test_collector_scrape import (  # noqa: F401 - the fixtures `exporter`, `secure_exporter`
@@ -26,7 +27,6 @@ from tests.test_collector_scrape import (  # noqa: F401 - the fixtures `exporter
     sing,
     wait_for,
 )
-from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.prometheus
 

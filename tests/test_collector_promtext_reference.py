@@ -1,6 +1,6 @@
-"""collector.promtext against the reference parsers: the same samples as prometheus_client's parser
-on valid lines, and a ParseError where the Go parser (prometheus/common expfmt/text_parse.go, the
-parser behind client_golang and promtool) rejects the line.
+"""sing.collector.promtext against the reference parsers: the same samples as prometheus_client's
+parser on valid lines, and a ParseError where the Go parser (prometheus/common expfmt/text_parse.go,
+the parser behind client_golang and promtool) rejects the line.
 
 The accepted lines are taken from the scenarios of prometheus/common expfmt/text_parse_test.go
 (testTextParse, scenarios 1 to 3: "various whitespace", "the evil summary"), plus the cases of
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.promtext import ParseError, Sample, parse
-from collector.scrape import PayloadError, fetch
+from sing.collector.promtext import ParseError, Sample, parse
+from sing.collector.scrape import PayloadError, fetch
 from tests.http_stub import serving
 
 ACCEPTED = [
@@ -65,7 +65,7 @@ REJECTED = [
 
 
 def reference(line: str) -> list[Sample]:
-    """What prometheus_client makes of the line, in collector.promtext's terms."""
+    """What prometheus_client makes of the line, in sing.collector.promtext's terms."""
     return [
         Sample(
             s.name,

@@ -19,12 +19,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from collector.pull import PrometheusPull
-from collector.service import Collector
-from collector.settings import CollectorSettings
+from sing.collector.pull import PrometheusPull
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
 from sing.config import Config
+from sing.warehouse.store import Warehouse
 from tests.http_stub import serving
-from warehouse.store import Warehouse
 
 TX_PER_S = 1000  # bytes per second every node's port sends
 JOULES_PER_S = 250.0

@@ -21,16 +21,16 @@ from threading import Thread
 
 import pytest
 
-from collector.cli import target_source
-from collector.client import ScrapeClient
-from collector.scrape import scrape
-from collector.settings import CollectorSettings
+from sing.collector.cli import target_source
+from sing.collector.client import ScrapeClient
+from sing.collector.scrape import scrape
+from sing.collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
+from sing.warehouse.store import Warehouse
 from tests.pki import Pki, make_pki
 from tests.ports import free_port
 from tests.test_exporter_web import PASSWORD, bcrypt_hash, write_web_config
-from warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from collector.inventory import DEFAULT, executor_inventory
-from collector.plugins import load_source
-from collector.service import Collector
-from collector.settings import CollectorSettings
-from collector.targets import target_from
+from sing.collector.inventory import DEFAULT, executor_inventory
+from sing.collector.plugins import load_source
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
+from sing.collector.targets import target_from
 from sing.config import Config
+from sing.warehouse.store import Warehouse
 from tests.http_stub import serving
 from tests.slurm_harness import SlurmCluster, running, scratch
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -18,24 +18,28 @@ from pathlib import Path
 import pytest
 
 from sing import config as config_module
+from sing.collector.inventory import DEFAULT as DEFAULT_INVENTORY
+from sing.collector.inventory import executor_inventory
+from sing.collector.plugins import load_source
 from sing.config import KNOWN_SECTIONS, Config, ConfigError, SiteSettings, Thresholds
+from sing.errors import UserError
 from tests.test_analytics import ROOT, run_sing
 
 # The dataclass that owns each section, as "module:class".
 SECTION_SCHEMAS = {
     "site": "sing.config:SiteSettings",
     "thresholds": "sing.config:Thresholds",
-    "exporter": "exporters.settings:ExporterSettings",
-    "collector": "collector.settings:CollectorSettings",
-    "executor": "executors.settings:ExecutorSettings",
-    "scheduler": "scheduler.settings:SchedulerSettings",
-    "dashboard": "dashboards.settings:DashboardSettings",
-    "roles": "dashboards.settings:RoleSettings",
-    "trace": "traces.settings:TraceSettings",
-    "demo": "demo.settings:DemoSettings",
-    "policy": "policy.settings:PolicySettings",
-    "accounting": "accounting.settings:AccountingSettings",
-    "health": "health.settings:HealthSettings",
+    "exporter": "sing.exporters.settings:ExporterSettings",
+    "collector": "sing.collector.settings:CollectorSettings",
+    "executor": "sing.executors.settings:ExecutorSettings",
+    "scheduler": "sing.scheduler.settings:SchedulerSettings",
+    "dashboard": "sing.dashboards.settings:DashboardSettings",
+    "roles": "sing.dashboards.settings:RoleSettings",
+    "trace": "sing.traces.settings:TraceSettings",
+    "demo": "sing.demo.settings:DemoSettings",
+    "policy": "sing.policy.settings:PolicySettings",
+    "accounting": "sing.accounting.settings:AccountingSettings",
+    "health": "sing.health.settings:HealthSettings",
 }
 EXAMPLE = ROOT / "sing.example.toml"
 DOC = ROOT / "docs" / "configuration.md"
@@ -255,3 +259,16 @@ def test_reference_page_documents_every_key() -> None:
         block = text.split(f"## [{section}]", 1)[1].split("\n## ", 1)[0]
         for field in dataclasses.fields(schema(section)):
             assert re.search(rf"`{field.name}`", block), f"[{section}] {field.name}"
+
+
+def test_a_source_named_before_the_move_under_sing_is_read_as_its_new_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A site's sing.toml written before sing's packages moved under `sing.` still collects,
+    and the log says what to write now; an old name that was never installed stays refused."""
+    config = Config({"executor": {"kind": "slurm"}})
+    old = "collector.inventory:executor_inventory"
+    assert load_source(old, config, DEFAULT_INVENTORY, "node_inventory") is executor_inventory
+    assert "write 'sing.collector.inventory:executor_inventory'" in caplog.text
+    with pytest.raises(UserError, match="is not an installed source"):
+        load_source("collector.evil:run", config, DEFAULT_INVENTORY, "node_inventory")

@@ -1,5 +1,5 @@
 """Coverage beside every efficiency figure: `sing job`, `sing report idle` and the Job and My
-jobs pages say when a job's figures rest on part of its samples (warehouse/coverage.py).
+jobs pages say when a job's figures rest on part of its samples (sing/warehouse/coverage.py).
 
 Two 2-node, 16-GPU jobs at 1% utilisation for 2 hours, sampled every minute: `half` has only
 its first node's 8 GPUs in the warehouse (its second node was never scraped), `whole` has all
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import open_app, serving
 from tests.policy_world import NOW, SAMPLE_S, add_job, add_samples
 from tests.test_analytics import run_sing
 from tests.test_cli_reports import table
-from warehouse.store import Warehouse
 
 START, END = NOW - timedelta(hours=3), NOW - timedelta(hours=1)
 LAST_SAMPLE = END - timedelta(seconds=SAMPLE_S)  # 120 samples per GPU: all of the 2 hours

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboards import access
-from dashboards.settings import DashboardSettings, RoleSettings
-from executors.records import JobRecord, to_tables
 from sing.config import Config, ConfigError
+from sing.dashboards import access
+from sing.dashboards.settings import DashboardSettings, RoleSettings
+from sing.executors.records import JobRecord, to_tables
+from sing.warehouse.store import Warehouse
+from sing.warehouse.synthetic import generate
 from tests.dashboard_app import APP, metrics, open_app
 from tests.shared_data import PHILLY, require
-from warehouse.store import Warehouse
-from warehouse.synthetic import generate
 
 END = datetime(2026, 6, 1, tzinfo=UTC)
 ADMIN, USER, RESEARCHER = "ghopper", "aturing", "rsearch"

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from sing.warehouse.store import Warehouse
+from sing.warehouse.synthetic import generate
 from tests.debian import BROWSER_PACKAGES, ensure_packages
 from tests.ports import free_port
-from warehouse.store import Warehouse
-from warehouse.synthetic import generate
 
 pytestmark = pytest.mark.browser
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboards import data
-from dashboards.cli import DEMO_ARG
-from warehouse.store import Warehouse
+from sing.dashboards import data
+from sing.dashboards.cli import DEMO_ARG
+from sing.warehouse.store import Warehouse
 
-APP = str(Path(__file__).parents[1] / "dashboards" / "app.py")
+APP = str(Path(__file__).parents[1] / "sing" / "dashboards" / "app.py")
 START = datetime(2026, 3, 2, tzinfo=UTC)
 
 WRITER = textwrap.dedent(
@@ -29,7 +29,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from datetime import datetime, timedelta, UTC
     import pyarrow as pa
-    from warehouse.store import Warehouse
+    from sing.warehouse.store import Warehouse
 
     wh = Warehouse(sys.argv[1])
     start = datetime.fromisoformat(sys.argv[2])

@@ -1,6 +1,6 @@
 """Deep links on a fresh start: every page URL, opened before anybody visits `/` and reloaded,
 shows that page through app.py (sign-in, navigation), in headless Chromium against a freshly
-started real `sing dashboard`. Streamlit once served dashboards/pages/ as pages of their own
+started real `sing dashboard`. Streamlit once served sing/dashboards/pages/ as pages of their own
 until the first visit of `/`, and gave the default page no URL of its own (`/cluster` was
 "Page not found").
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import access
+from sing.dashboards import access
 from tests.test_dashboards_browser import browser, first_job, serve, settle, warehouse
 
 pytestmark = pytest.mark.browser

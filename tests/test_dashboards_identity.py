@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.access import Viewer
-from dashboards.identity import PROXY_SECRET_HEADER, Refusal, identify, read_proxy_secret
-from dashboards.settings import DashboardSettings, RoleSettings
 from sing.config import Config, ConfigError
+from sing.dashboards.access import Viewer
+from sing.dashboards.identity import PROXY_SECRET_HEADER, Refusal, identify, read_proxy_secret
+from sing.dashboards.settings import DashboardSettings, RoleSettings
 
 ROLES = RoleSettings(admins=("ghopper",), researchers=("rsearch",))
 OIDC = DashboardSettings(auth="oidc", allowed_domains=("campus.edu",))

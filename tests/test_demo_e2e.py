@@ -23,14 +23,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from demo.health import Minute, scrape_minutes
-from demo.run import children_of
 from sing.config import Config
+from sing.demo.health import Minute, scrape_minutes
+from sing.demo.run import children_of
+from sing.warehouse import analytics, synthetic
+from sing.warehouse.coverage import site_coverage
+from sing.warehouse.store import Warehouse
 from tests.debian import BROWSER_PACKAGES, ensure_packages
 from tests.ports import free_port_block
-from warehouse import analytics, synthetic
-from warehouse.coverage import site_coverage
-from warehouse.store import Warehouse
 
 NODES = 16
 ANSWERED = 0.95  # of the scrapes in each minute

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from executors.profile import load_profile
 from sing.cli import main
+from sing.executors.profile import load_profile
 from tests.shared_data import PHILLY, require
 
 ROOT = Path(__file__).parent.parent

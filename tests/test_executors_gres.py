@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from executors.base import CommandError
-from executors.records import JobRecord
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor
-from executors.slurm_parse import JobState, job_state, parse_sacct, parse_squeue
-from executors.sync import sync
 from sing.config import Config
 from sing.doctor import check_gpu_accounting
+from sing.executors.base import CommandError
+from sing.executors.records import JobRecord
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor
+from sing.executors.slurm_parse import JobState, job_state, parse_sacct, parse_squeue
+from sing.executors.sync import sync
+from sing.warehouse.store import Warehouse
 from tests.test_executors_slurm_parse import SACCT, SACCT_TEXT, SQUEUE, Replay, at
-from warehouse.store import Warehouse
 
 DATA = Path(__file__).parent / "executors_data"
 NO_GPU_TRES = "cpu=4,mem=16G,node=1,billing=4"
@@ -74,7 +74,7 @@ def squeue(*jobs: dict[str, Any]) -> str:
 @pytest.mark.parametrize("version", SHAPES)
 def test_gres_detail_counts_where_the_tres_names_no_gpu(version, caplog):
     """The reviewer's case: TRES without gres/gpu beside `gpu:a100:4(IDX:0-3)` was 0 GPUs."""
-    caplog.set_level(logging.WARNING, "executors.slurm_parse")
+    caplog.set_level(logging.WARNING, "sing.executors.slurm_parse")
     (record,) = parse_squeue(squeue(squeue_job(SHAPES[version])), "campus")
     assert (record.num_gpus, record.gpus, record.gpus_per_node) == (4, {"gpu-1": (0, 1, 2, 3)}, 4)
     (warning,) = caplog.messages
@@ -96,7 +96,7 @@ def test_gres_detail_counts_where_the_tres_names_no_gpu(version, caplog):
     ],
 )  # fmt: skip
 def test_the_largest_gpu_figure_is_kept(tres, detail, nodes, gpus, warns, caplog):
-    caplog.set_level(logging.WARNING, "executors.slurm_parse")
+    caplog.set_level(logging.WARNING, "sing.executors.slurm_parse")
     job = squeue_job(True, tres=tres, gres_detail=detail, nodes=nodes)
     (record,) = parse_squeue(squeue(job), "campus")
     assert record.num_gpus == gpus
@@ -104,7 +104,7 @@ def test_the_largest_gpu_figure_is_kept(tres, detail, nodes, gpus, warns, caplog
 
 
 def test_one_warning_per_listing_names_the_first_jobs_and_counts_the_rest(caplog):
-    caplog.set_level(logging.WARNING, "executors.slurm_parse")
+    caplog.set_level(logging.WARNING, "sing.executors.slurm_parse")
     jobs = [squeue_job(True, job_id=100 + i) for i in range(82)]
     records = parse_squeue(squeue(*jobs), "campus")
     assert {r.num_gpus for r in records} == {4}
@@ -116,7 +116,7 @@ def test_one_warning_per_listing_names_the_first_jobs_and_counts_the_rest(caplog
 def test_repository_fixtures_without_gres_gpu_accounting_keep_their_gpus(caplog):
     """The captured 22.05 output, with gres/gpu taken out of its TRES as an untracked site
     would show it: the same counts as the accounted original, which logs nothing."""
-    caplog.set_level(logging.WARNING, "executors.slurm_parse")
+    caplog.set_level(logging.WARNING, "sing.executors.slurm_parse")
     accounted = {r.job_id: r.num_gpus for r in parse_squeue(SQUEUE, "campus")}
     assert accounted == {"1": 2, "2": 8, "3": 1} and not caplog.messages
     dump = json.loads(SQUEUE)
@@ -139,7 +139,7 @@ def untracked_sacct() -> tuple[str, str]:
 
 
 def test_sacct_json_and_text_tres_are_cross_checked(caplog):
-    caplog.set_level(logging.WARNING, "executors.slurm_parse")
+    caplog.set_level(logging.WARNING, "sing.executors.slurm_parse")
     counts = {r.job_id: r.num_gpus for r in parse_sacct(SACCT, SACCT_TEXT, "campus")}
     assert counts == {"1": 2, "2": 8, "3": 1} and not caplog.messages
     dump, text = untracked_sacct()

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from executors.local import LocalExecutor
-from executors.profile import JobProfile
-from executors.records import JobRecord, NodeRecord, to_tables
-from executors.sync import sync, watermark
 from sing.cli import main
-from warehouse.store import Warehouse
+from sing.executors.local import LocalExecutor
+from sing.executors.profile import JobProfile
+from sing.executors.records import JobRecord, NodeRecord, to_tables
+from sing.executors.sync import sync, watermark
+from sing.warehouse.store import Warehouse
 
 
 def profile(commands: str, gpus: int = 1, **fields) -> JobProfile:

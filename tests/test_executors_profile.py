@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
-from executors.profile import load_profile, parse_profile
-from executors.script import ENV_SETUP_FAILED, render_script
-from executors.settings import ExecutorSettings
-from executors.slurm import sbatch_headers
 from sing.errors import UserError
+from sing.executors.profile import load_profile, parse_profile
+from sing.executors.script import ENV_SETUP_FAILED, render_script
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import sbatch_headers
 
 RULES = ExecutorSettings(max_gpus_per_node=8, interactive_max_gpus=2)
 

@@ -14,14 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from executors.profile import parse_profile
-from executors.records import JobRecord, NodeRecord
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor, run_command
-from executors.sync import sync
 from sing.errors import UserError
+from sing.executors.profile import parse_profile
+from sing.executors.records import JobRecord, NodeRecord
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor, run_command
+from sing.executors.sync import sync
+from sing.warehouse.store import Warehouse
 from tests.slurm_harness import TEST_USER, SlurmCluster, running, scratch
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 

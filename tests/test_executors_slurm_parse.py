@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from executors.records import NodeRecord
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor
-from executors.slurm_parse import gpu_count, parse_sacct, parse_sinfo, parse_squeue, parse_tres
-from executors.sync import sync
 from sing.errors import UserError
-from warehouse.store import Warehouse
+from sing.executors.records import NodeRecord
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor
+from sing.executors.slurm_parse import gpu_count, parse_sacct, parse_sinfo, parse_squeue, parse_tres
+from sing.executors.sync import sync
+from sing.warehouse.store import Warehouse
 
 DATA = Path(__file__).parent / "executors_data"
 SQUEUE = (DATA / "squeue_v0.0.38.json").read_text()

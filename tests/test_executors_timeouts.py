@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from collector.inventory import executor_inventory
-from collector.jobsync import executor_sync
-from collector.service import Collector
-from collector.settings import CollectorSettings
-from executors.base import FAILED, TIMEOUT, CommandError
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor, run_command
+from sing.collector.inventory import executor_inventory
+from sing.collector.jobsync import executor_sync
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
 from sing.config import Config, ConfigError
+from sing.executors.base import FAILED, TIMEOUT, CommandError
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor, run_command
+from sing.warehouse.store import Warehouse
 from tests.test_doctor import doctor
-from warehouse.store import Warehouse
 
 HANGS = "#!/bin/bash\nexec /bin/sleep 5\n"  # a client stuck on a stopped (SIGSTOP) slurmctld
 BROKEN = "#!/bin/bash\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\n"

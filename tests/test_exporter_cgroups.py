@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters.errors import ErrorCounter
-from exporters.jobs import JobSource
+from sing.exporters.errors import ErrorCounter
+from sing.exporters.jobs import JobSource
 from tests.test_exporter_deploy import slurm
 
 DATA = Path(__file__).parent / "executors_data" / "slurm-26.05"

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from exporters.errors import ErrorCounter
-from exporters.fake_nvml import FakeNvml, StateFile, load_description
-from exporters.gpu import GpuSource
+from sing.exporters.errors import ErrorCounter
+from sing.exporters.fake_nvml import FakeNvml, StateFile, load_description
+from sing.exporters.gpu import GpuSource
 from tests.test_exporter_fake import Clock, sample, world_registry
 from tests.test_exporter_golden import FIXTURES, NOW
 
@@ -105,8 +105,8 @@ def test_gpu_without_nvlink_has_no_nvlink_series_and_no_errors() -> None:
 def test_the_fake_imports_nothing_it_checks() -> None:
     code = (
         "import sys, exporters.fake_nvml, exporters.fake_world\n"
-        "print(sorted(m for m in sys.modules if m in ('exporters.gpu', 'exporters.rdma',"
-        " 'exporters.jobs', 'exporters.node')))"
+        "print(sorted(m for m in sys.modules if m in ('sing.exporters.gpu', 'sing.exporters.rdma',"
+        " 'sing.exporters.jobs', 'sing.exporters.node')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from exporters.errors import ErrorCounter
-from exporters.jobs import JobSource
-from exporters.web import MAX_CONNECTIONS
+from sing.exporters.errors import ErrorCounter
+from sing.exporters.jobs import JobSource
+from sing.exporters.web import MAX_CONNECTIONS
 from tests.debian import ensure_packages
 
-DEPLOY = Path(__file__).resolve().parents[1] / "exporters" / "deploy"
+DEPLOY = Path(__file__).resolve().parents[1] / "sing" / "exporters" / "deploy"
 
 
 def slurm(
@@ -55,7 +55,7 @@ def test_prolog_and_epilog_maintain_the_mapping_the_exporter_reads(tmp_path: Pat
 def test_systemd_unit_runs_the_standalone_exporter_unprivileged(tmp_path: Path) -> None:
     unit = (DEPLOY / "sing-exporter.service").read_text()
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert " -m exporters " in exec_start
+    assert " -m sing.exporters " in exec_start
     assert "\nUser=sing-exporter\n" in unit and "\nCapabilityBoundingSet=\n" in unit
     # one thread per connection, capped by the server; the unit caps tasks with room above it
     tasks_max = int(next(line for line in unit.splitlines() if line.startswith("TasksMax="))[9:])
@@ -74,7 +74,7 @@ def test_systemd_unit_runs_the_standalone_exporter_unprivileged(tmp_path: Path) 
     assert security.returncode == 0, security.stdout[-2000:]
     # what ExecStart runs exists and parses its options
     result = subprocess.run(
-        [sys.executable, "-m", "exporters", "--help"],
+        [sys.executable, "-m", "sing.exporters", "--help"],
         cwd=DEPLOY.parents[1],
         capture_output=True,
         text=True,

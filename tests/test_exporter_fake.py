@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporters.fake_nvml import FakeNvml, StateFile, load_description
-from exporters.fake_world import FakeWorld
-from exporters.node import NodeCollector, node_registry
-from exporters.recording import Recorder
 from sing.cli import main
+from sing.exporters.fake_nvml import FakeNvml, StateFile, load_description
+from sing.exporters.fake_world import FakeWorld
+from sing.exporters.node import NodeCollector, node_registry
+from sing.exporters.recording import Recorder
 from tests.test_exporter_golden import FIXTURES, NOW, scrape
 
 

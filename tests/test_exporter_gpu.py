@@ -53,7 +53,8 @@ pytestmark = [
 def test_record_and_scrape_real_gpu(tmp_path: Path) -> None:
     recording, port = tmp_path / "recording.jsonl", free_port()
     exporter = subprocess.Popen(
-        [sys.executable, "-m", "exporters", "--port", str(port), "--listen-address", "127.0.0.1",
+        [sys.executable, "-m", "sing.exporters", "--port", str(port),
+         "--listen-address", "127.0.0.1",
          "--record", str(recording), "--record-interval", "1", "--duration", "22"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

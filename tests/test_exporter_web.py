@@ -28,12 +28,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry, Gauge
 
-from exporters.basicauth import BasicAuth, Busy
-from exporters.cli import _settings, add_arguments
-from exporters.web import MAX_PER_CLIENT, MetricsServer, serve
-from exporters.webconfig import WebConfig, WebConfigError, load_web_config
 from sing.config import Config
 from sing.errors import UserError
+from sing.exporters.basicauth import BasicAuth, Busy
+from sing.exporters.cli import _settings, add_arguments
+from sing.exporters.web import MAX_PER_CLIENT, MetricsServer, serve
+from sing.exporters.webconfig import WebConfig, WebConfigError, load_web_config
 from tests.pki import Pki, _cert, _key, _write, make_pki
 from tests.ports import free_port
 
@@ -412,7 +412,7 @@ def test_the_exporter_refuses_to_start_on_a_bad_web_config(tmp_path: Path) -> No
     web = write_web_config(tmp_path / "web.yml", {"basic_auth_users": {"alice": "plaintext"}})
     port = free_port()
     result = subprocess.run(
-        [sys.executable, "-m", "exporters", "--fake", "--duration", "5",
+        [sys.executable, "-m", "sing.exporters", "--fake", "--duration", "5",
          "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", str(web)],
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
@@ -456,7 +456,7 @@ def test_web_config_file_in_the_site_config_is_relative_to_it(tmp_path: Path) ->
 
 def test_serving_the_network_in_clear_is_warned_about(tmp_path: Path) -> None:
     def stderr(address: str, *extra: str) -> str:
-        argv = [sys.executable, "-m", "exporters", "--fake", "--duration", "1",
+        argv = [sys.executable, "-m", "sing.exporters", "--fake", "--duration", "1",
                 "--web.listen-address", f"{address}:{free_port()}", *extra]  # fmt: skip
         result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
         assert result.returncode == 0, result.stderr

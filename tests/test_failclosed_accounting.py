@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from accounting.settings import AccountingSettings
-from accounting.usage import footnotes, usage
+from sing.accounting.settings import AccountingSettings
+from sing.accounting.usage import footnotes, usage
+from sing.warehouse.store import Warehouse
 from tests.test_accounting import add_node, by_group
 from tests.test_analytics import add_job, at, run_sing
-from warehouse.store import Warehouse
 
 WEIGHTS = {"H100": 4.0, "H200": 6.0}
 DEFAULT_WEIGHT = 3.0

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboards import access, cli
 from sing.config import Config
+from sing.dashboards import access, cli
+from sing.warehouse.store import Warehouse
+from sing.warehouse.synthetic import generate
 from tests.dashboard_app import APP, serving
-from warehouse.store import Warehouse
-from warehouse.synthetic import generate
 
 BANNER = "Demo mode: no sign-in, anyone may choose any role"
 

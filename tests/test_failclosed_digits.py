@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from health.settings import HealthSettings
-from scheduler.cli import when
 from sing.config import Config, ConfigError
 from sing.errors import UserError
+from sing.health.settings import HealthSettings
+from sing.scheduler.cli import when
 from sing.times import parse_time_or_ago
-from warehouse.legacy import DataFile
+from sing.warehouse.legacy import DataFile
 
 NOT_ASCII = ["٧٩", "７９", "৭৯", "²"]
 

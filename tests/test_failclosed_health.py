@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from health.detect import detect_round, detection_job
-from health.incidents import list_incidents
-from health.settings import HealthSettings
 from sing.config import Config
-from warehouse.schema import table
-from warehouse.store import Warehouse
+from sing.health.detect import detect_round, detection_job
+from sing.health.incidents import list_incidents
+from sing.health.settings import HealthSettings
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse
 
 MIN = timedelta(minutes=1)
 SETTINGS = HealthSettings()

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 
+from sing.traces.export import build_release
+from sing.traces.settings import TraceSettings
+from sing.warehouse.store import Warehouse
 from tests.test_traces_export import HOSTS, KEY, T0, UNTIL, inventory, job
-from traces.export import build_release
-from traces.settings import TraceSettings
-from warehouse.store import Warehouse
 
 MINUTES = 60
 

@@ -1,4 +1,4 @@
-"""Fuzzing the Prometheus exposition parser (collector.promtext) with Hypothesis.
+"""Fuzzing the Prometheus exposition parser (sing.collector.promtext) with Hypothesis.
 
 Properties: any text gives samples or a ParseError, nothing else; a payload written by the
 format's rules (escaped label values, NaN/Inf, timestamps) parses back to what was written.
@@ -11,7 +11,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from collector.promtext import ParseError, Sample, parse
+from sing.collector.promtext import ParseError, Sample, parse
 from tests.fuzzing import fuzz
 
 WANTED = ("DCGM_FI_DEV_GPU_UTIL", "sing_gpu_util", "up")

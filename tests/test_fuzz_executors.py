@@ -19,10 +19,10 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from executors.profile import ENTRY_KEYS, ENV_KEYS, TOP_KEYS, JobProfile, parse_profile
-from executors.settings import ExecutorSettings
-from executors.slurm_parse import parse_sacct, parse_sacct_text, parse_sinfo, parse_squeue
 from sing.errors import UserError
+from sing.executors.profile import ENTRY_KEYS, ENV_KEYS, TOP_KEYS, JobProfile, parse_profile
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm_parse import parse_sacct, parse_sacct_text, parse_sinfo, parse_squeue
 from tests.fuzzing import fuzz
 
 DATA = Path(__file__).parent / "executors_data"

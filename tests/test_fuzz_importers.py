@@ -1,4 +1,4 @@
-"""Fuzzing every trace importer (traces/importers) with Hypothesis.
+"""Fuzzing every trace importer (sing/traces/importers) with Hypothesis.
 
 One test per importer, 2,000 inputs each (tests/fuzzing.py scales them). Sources are tables
 with each format's columns (some left out, some unknown added) and cells drawn from values near
@@ -22,9 +22,9 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from sing.errors import UserError
+from sing.traces.importers import import_trace
+from sing.traces.package import DATAPACKAGE
 from tests.fuzzing import fuzz
-from traces.importers import import_trace
-from traces.package import DATAPACKAGE
 
 # 2,000 imports take two to three minutes of CPU; a loaded machine stretches that several times.
 pytestmark = pytest.mark.timeout(1800)

@@ -17,15 +17,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from policy.audit import ACTION, Event, record
-from policy.breaker import RESUMED, TRIPPED, Breaker
-from policy.settings import PolicySettings
+from sing.policy.audit import ACTION, Event, record
+from sing.policy.breaker import RESUMED, TRIPPED, Breaker
+from sing.policy.settings import PolicySettings
+from sing.warehouse.schema import TABLES
+from sing.warehouse.store import Warehouse
 from tests.mailbox import webhook_server
 from tests.real_path.site import SING
 from tests.test_health_drain_intent import FakeSlurm
 from tests.test_health_drain_slurm import CLUSTER, NOW, reading, sing, write_config
-from warehouse.schema import TABLES
-from warehouse.store import Warehouse
 
 OVER = ("gpu-1", "gpu-2", "gpu-3")
 

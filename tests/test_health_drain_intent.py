@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import health.drain
-from executors.base import NodeState
 from sing.config import Config
+from sing.executors.base import NodeState
+from sing.health import drain
+from sing.warehouse.store import Warehouse
 from tests.test_health_drain_slurm import drains, sing, warehouse_at, write_config
-from warehouse.store import Warehouse
 
 SCONTROL = """#!/bin/bash
 # scontrol update nodename=NODE state=drain reason=REASON
@@ -192,8 +192,8 @@ def test_any_error_of_the_executor_is_a_failed_drain_not_the_end_of_the_run(
     site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wh, config, _ = site
-    monkeypatch.setattr(health.drain, "make_executor", lambda config: Raising())
-    outcome = health.drain.run(wh, Config.load(config))
+    monkeypatch.setattr(drain, "make_executor", lambda config: Raising())
+    outcome = drain.run(wh, Config.load(config))
     (node,) = outcome["nodes"]
     assert (node["done"], node["ok"], node["error"]) == (
         "failed",

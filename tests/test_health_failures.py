@@ -21,10 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from executors.records import JobRecord, to_tables
-from health.failures import FAILURE_CLASSES, over_time, report
+from sing.executors.records import JobRecord, to_tables
+from sing.health.failures import FAILURE_CLASSES, over_time, report
+from sing.warehouse.store import Warehouse
 from tests.real_path.site import SING
-from warehouse.store import Warehouse
 
 NOV = datetime(2026, 11, 1, tzinfo=UTC)
 DEC = datetime(2026, 12, 1, tzinfo=UTC)

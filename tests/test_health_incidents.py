@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from health.incidents import (
+from sing.config import Config, ConfigError
+from sing.errors import UserError
+from sing.health.incidents import (
     close_incident,
     jobs_in_incidents,
     list_incidents,
     note_incident,
     open_incident,
 )
-from health.settings import SERIOUS_XIDS, HealthSettings
-from sing.config import Config, ConfigError
-from sing.errors import UserError
+from sing.health.settings import SERIOUS_XIDS, HealthSettings
+from sing.warehouse.store import Warehouse
 from tests.policy_world import add_job
-from warehouse.store import Warehouse
 
 T0 = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -13,13 +13,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from health.detect import detect_round, detection_job
-from health.incidents import close_incident, list_incidents
-from health.settings import HealthSettings
 from sing.config import Config
+from sing.health.detect import detect_round, detection_job
+from sing.health.incidents import close_incident, list_incidents
+from sing.health.settings import HealthSettings
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse
 from tests.policy_world import add_job
-from warehouse.schema import table
-from warehouse.store import Warehouse
 
 MIN = timedelta(minutes=1)
 SETTINGS = HealthSettings()
@@ -218,9 +218,9 @@ def test_a_down_node_is_of_the_cluster_the_inventory_puts_it_in(wh, t0) -> None:
 
 ROUND = """
 import sys
-from health.detect import detect_round
-from health.settings import HealthSettings
-from warehouse.store import Warehouse
+from sing.health.detect import detect_round
+from sing.health.settings import HealthSettings
+from sing.warehouse.store import Warehouse
 result = detect_round(Warehouse(sys.argv[1]), HealthSettings(), "campus")
 print(len(result.opened), len(result.noted))
 """

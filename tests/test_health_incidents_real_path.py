@@ -9,10 +9,10 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sing.warehouse.store import Warehouse
 from tests.policy_world import add_job
 from tests.test_collector_scrape import file_sd_entry, running, sing, wait_for
 from tests.test_health_readings import node  # noqa: F401 - the fixture
-from warehouse.store import Warehouse
 
 
 def test_an_xid_79_on_a_fake_gpu_becomes_one_incident(

@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from executors.records import JobRecord, to_tables
-from policy.audit import ACTION, Event, record
+from sing.executors.records import JobRecord, to_tables
+from sing.policy.audit import ACTION, Event, record
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app, serving
-from warehouse.store import Warehouse
 
 END = datetime(2026, 6, 1, 12, tzinfo=UTC)  # the end of the data
 ADMIN, ALICE, RESEARCHER = "ghopper", "alice", "rsearch"

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from collector.convert import read_node
-from collector.health import LastValues, health_rows
-from collector.promtext import ParseError, Sample
+from sing.collector.convert import read_node
+from sing.collector.health import LastValues, health_rows
+from sing.collector.promtext import ParseError, Sample
+from sing.warehouse.store import Warehouse
 from tests.ports import free_port
 from tests.test_collector_pull import ScriptedPrometheus, prometheus, pull_collector  # noqa: F401
 from tests.test_collector_scrape import file_sd_entry, http_get, running, sing, wait_for
-from warehouse.store import Warehouse
 
 # Two healthy GPUs with two NVLinks each, and one InfiniBand port.
 NODE_YAML = """\

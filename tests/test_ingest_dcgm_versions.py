@@ -1,5 +1,5 @@
-"""dcgm-exporter across versions: collector/dcgm_fields.py's names and units checked against the
-real CSVs of NVIDIA/dcgm-exporter (3.1.8 to 4.5.3-4.8.2) and DCGM 4.6.0's renames, and pages
+"""dcgm-exporter across versions: sing/collector/dcgm_fields.py's names and units checked against
+the real CSVs of NVIDIA/dcgm-exporter (3.1.8 to 4.5.3-4.8.2) and DCGM 4.6.0's renames, and pages
 under old and new names read to the same SI values.
 
 Pages are laid out as dcgm-exporter's template writes them (internal/pkg/rendermetrics/
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.convert import WANTED, read_node
-from collector.dcgm_fields import DCGM_FIELDS, markdown_table, names
-from collector.promtext import parse
+from sing.collector.convert import WANTED, read_node
+from sing.collector.dcgm_fields import DCGM_FIELDS, markdown_table, names
+from sing.collector.promtext import parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 ROOT = Path(__file__).parent.parent

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector.convert import WANTED, read_node
-from collector.promtext import parse
-from exporters.errors import ErrorCounter
-from exporters.rdma import RdmaSource
+from sing.collector.convert import WANTED, read_node
+from sing.collector.promtext import parse
+from sing.exporters.errors import ErrorCounter
+from sing.exporters.rdma import RdmaSource
 
 FIXTURES = Path(__file__).parent / "fixtures" / "node_exporter_ib"
 STUCK = 2**32 - 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from warehouse.files import uninterrupted
+from sing.warehouse.files import uninterrupted
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SING_")}
 END = "2026-03-04T00:00:00+00:00"

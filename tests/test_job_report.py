@@ -1,7 +1,8 @@
 """`sing job JOB_ID`: the figures, and each plain-language note firing on the job built for it.
 
 Every job below runs 2 hours from 10:00 and is built to trigger exactly one note of
-warehouse/job_notes.toml (or none: `healthy`), so a note that fires too often or never fails here.
+sing/warehouse/job_notes.toml (or none: `healthy`), so a note that fires too often or never fails
+here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import pytest
 
 from sing.config import Thresholds
 from sing.errors import UserError
+from sing.warehouse.coverage import CoverageNeeds
+from sing.warehouse.job_report import DEFAULT_NOTES, job_report, load_notes, render
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import (
     GIB,
     add_gpu_samples,
@@ -24,9 +28,6 @@ from tests.test_analytics import (
     at,
     run_sing,
 )
-from warehouse.coverage import CoverageNeeds
-from warehouse.job_report import DEFAULT_NOTES, job_report, load_notes, render
-from warehouse.store import Warehouse
 
 BUSY_RDMA = 250_000_000  # bytes each way per 15-minute sample: 2 GB per node-hour
 # The samples come every 15 minutes (tests/test_analytics.py's STEP): the jobs are fully covered.

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from policy.cli import policy_job
-from policy.rules import load_rules
-from policy.settings import PolicySettings
 from sing.cli import main
 from sing.config import Config, ConfigError
+from sing.policy.cli import policy_job
+from sing.policy.rules import load_rules
+from sing.policy.settings import PolicySettings
 from sing.times import parse_time_or_ago
+from sing.warehouse.store import Warehouse
 from tests.policy_world import add_job, add_samples
-from warehouse.store import Warehouse
 
 CONFIG = """
 [site]

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from executors.base import TIMEOUT, CommandError
-from executors.local import LocalExecutor
-from policy import breaker
-from policy.breaker import TRIPPED
-from policy.cli import policy_job
-from policy.engine import round_lock
-from policy.messages import NO_CHANNEL, Delivery, Message
 from sing.cli import main
 from sing.config import Config
 from sing.errors import UserError
+from sing.executors.base import TIMEOUT, CommandError
+from sing.executors.local import LocalExecutor
+from sing.policy import breaker
+from sing.policy.breaker import TRIPPED
+from sing.policy.cli import policy_job
+from sing.policy.engine import round_lock
+from sing.policy.messages import NO_CHANNEL, Delivery, Message
+from sing.warehouse.store import Warehouse
 from tests.policy_world import RecordingPostman, add_job, add_samples, engine, settings
 from tests.test_policy_ladder import IDLE, RULE, World, real, world  # noqa: F401
-from warehouse.store import Warehouse
 
 ADMIN = "hpc-admins@example.edu"
 

@@ -11,11 +11,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from executors.local import LocalExecutor
-from executors.profile import JobProfile
-from policy.audit import events
+from sing.executors.local import LocalExecutor
+from sing.executors.profile import JobProfile
+from sing.policy.audit import events
+from sing.warehouse.store import Warehouse
 from tests.policy_world import RecordingPostman, add_job, add_samples, engine, settings
-from warehouse.store import Warehouse
 
 RULE = {
     "kind": "idle_gpus",
@@ -276,7 +276,7 @@ def test_quiet_hours_hold_messages_and_the_deadline_counts_from_the_send(world):
 
 
 def test_quiet_hours_in_the_sites_timezone():
-    from policy.ladder import QuietHours
+    from sing.policy.ladder import QuietHours
 
     quiet = QuietHours("22:00-07:00", ZoneInfo("America/New_York"))
     assert datetime(2026, 7, 2, 3, 0, tzinfo=UTC) in quiet  # 23:00 in New York

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from policy.engine import FIGURES, JOB_FIELDS
-from policy.messages import CANCELLED, JOB_END, NOTIFY, WARN, Delivery, Message
-from policy.postman import make_postman
-from policy.settings import PolicySettings
 from sing.config import Config, ConfigError
 from sing.errors import UserError
+from sing.policy.engine import FIGURES, JOB_FIELDS
+from sing.policy.messages import CANCELLED, JOB_END, NOTIFY, WARN, Delivery, Message
+from sing.policy.postman import make_postman
+from sing.policy.settings import PolicySettings
 from tests.mailbox import smtp_server, webhook_server
 from tests.pki import make_pki
 from tests.ports import free_port
@@ -26,7 +26,7 @@ DEADLINE = datetime(2026, 1, 5, 11, 30, tzinfo=UTC)  # 12:30 in Berlin (CET) tha
 
 
 def job(**changes: Any) -> dict[str, Any]:
-    """A row of warehouse.analytics.job_usage, as the ladder passes it."""
+    """A row of sing.warehouse.analytics.job_usage, as the ladder passes it."""
     row = {
         "job_id": "4242",
         "name": "<b>train</b>",

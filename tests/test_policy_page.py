@@ -1,7 +1,7 @@
 """The waste policies on the dashboards, through Streamlit's AppTest: the admin page's pending
 warnings, actions, messages and failures, and the warning banners users see on their own jobs.
 
-The warehouse is written with `Warehouse.append` (jobs) and `policy.audit.record` (the trail),
+The warehouse is written with `Warehouse.append` (jobs) and `sing.policy.audit.record` (the trail),
 the way the collector and the policy engine write them; each job below plays one case.
 """
 
@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboards.policy_view import ICON
-from executors.records import JobRecord, to_tables
-from policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
-from policy.cli import make_engine
 from sing.config import Config
+from sing.dashboards.policy_view import ICON
+from sing.executors.records import JobRecord, to_tables
+from sing.policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
+from sing.policy.cli import make_engine
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.mailbox import webhook_server
 from tests.policy_world import add_job, add_samples
-from warehouse.store import Warehouse
 
 END = datetime(2026, 6, 1, 12, tzinfo=UTC)  # the end of the data: "now" for the dashboards
 ADMIN, ALICE, BOB, RESEARCHER = "ghopper", "alice", "bob", "rsearch"

@@ -8,18 +8,18 @@ from datetime import timedelta
 
 import pytest
 
-from policy.cli import cmd_replay
-from policy.evaluate import (
+from sing.policy.cli import cmd_replay
+from sing.policy.evaluate import (
     INCOMPLETE,
     VIOLATING,
     DataNeeds,
     Evaluator,
     open_round,
 )
-from policy.replay import hit_rows, judge, open_replay, replay, totals
-from policy.rules import load_rules
+from sing.policy.replay import hit_rows, judge, open_replay, replay, totals
+from sing.policy.rules import load_rules
+from sing.warehouse.store import Warehouse
 from tests.policy_world import NOW, SAMPLE_S, add_job, add_samples, settings
-from warehouse.store import Warehouse
 
 SINCE = NOW - timedelta(hours=6)  # 06:00; the replay's rounds run 06:05 .. 12:00
 IDLE_RULE = {

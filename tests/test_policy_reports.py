@@ -17,21 +17,21 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from accounting.periods import month_before, period_window
-from accounting.settings import AccountingSettings
-from accounting.statement import statements
-from policy import audit
-from policy.cli import full_round, make_engine
-from policy.messages import NO_CHANNEL
-from policy.postman import make_postman
-from policy.reports import last_period, send_digests, send_job_end_reports
+from sing.accounting.periods import month_before, period_window
+from sing.accounting.settings import AccountingSettings
+from sing.accounting.statement import statements
 from sing.cli import main
 from sing.config import Config, Thresholds
+from sing.policy import audit
+from sing.policy.cli import full_round, make_engine
+from sing.policy.messages import NO_CHANNEL
+from sing.policy.postman import make_postman
+from sing.policy.reports import last_period, send_digests, send_job_end_reports
+from sing.warehouse.job_report import job_report, load_notes, render
+from sing.warehouse.store import Warehouse
 from tests.mailbox import Mailbox, smtp_server
 from tests.ports import free_port
 from tests.test_analytics import add_gpu_samples, add_job, add_nodes, at
-from warehouse.job_report import job_report, load_notes, render
-from warehouse.store import Warehouse
 
 BERLIN = "Europe/Berlin"
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from policy.evaluate import (
+from sing.config import ConfigError
+from sing.policy.evaluate import (
     EXEMPT,
     INCOMPLETE,
     OK,
@@ -17,10 +18,9 @@ from policy.evaluate import (
     Evaluator,
     open_round,
 )
-from policy.rules import load_rules
-from sing.config import ConfigError
+from sing.policy.rules import load_rules
+from sing.warehouse.store import Warehouse
 from tests.policy_world import NOW, SAMPLE_S, add_job, add_samples, settings
-from warehouse.store import Warehouse
 
 START = NOW - timedelta(hours=5)
 

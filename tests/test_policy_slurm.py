@@ -2,7 +2,7 @@
 Slurm after its grace period; an exempt job and a job that recovers are left alone.
 
     real Slurm 22.05 on loopback (tests/slurm_harness.py), the project's prolog mapping GPUs
-      -> one `python -m exporters` per node, fake NVML scripted to known utilisation
+      -> one `python -m sing.exporters` per node, fake NVML scripted to known utilisation
       -> `sing collector` (file_sd targets, job sync through squeue/sacct)
       -> `sing policy run`, one round per process, as cron or a timer would start it
       -> email through a real SMTP server on loopback (aiosmtpd), `scancel`, `sacct`.
@@ -32,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from policy.audit import ROUND_ORDER
+from sing.policy.audit import ROUND_ORDER
+from sing.warehouse.store import Warehouse
 from tests.mailbox import Mailbox, Webhook, smtp_server, webhook_server
 from tests.ports import free_ports
 from tests.real_path.processes import Service, run, wait_for
@@ -51,7 +52,6 @@ from tests.real_path.site import (
 )
 from tests.real_path.slurm import Allocation, gpu_allocation, job_states
 from tests.slurm_harness import NODES, TEST_USER, TEST_USER2, SlurmCluster
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 

@@ -1,8 +1,8 @@
 """A known-answer test of the real path, with nothing written by the synthetic generator.
 
     real Slurm 22.05 on loopback (tests/slurm_harness.py: gpu-1, gpu-2, Gres=gpu:a100:8)
-      -> the project's own prolog/epilog (exporters/deploy/) writing the GPU-to-job mapping
-      -> one `python -m exporters` per node: fake NVML scripted to known per-GPU utilisation,
+      -> the project's own prolog/epilog (sing/exporters/deploy/) writing the GPU-to-job mapping
+      -> one `python -m sing.exporters` per node: fake NVML scripted to known per-GPU utilisation,
          SM activity, memory and power; an InfiniBand sysfs tree (real layout) the test drives
       -> `sing collector` (file_sd targets, job sync through squeue/sacct, 2 s rounds)
       -> `sing job`, `sing report cluster|by-nodes|idle|fairness` and the dashboard pages.
@@ -50,6 +50,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.ports import free_ports
 from tests.real_path.infiniband import SATURATED_32, BurstThread, IbTree, Port
@@ -72,7 +73,6 @@ from tests.real_path.site import (
 )
 from tests.real_path.slurm import Allocation, JobTimes, gpu_allocation, job_states, run_times
 from tests.slurm_harness import GPUS_PER_NODE, NODES, TEST_USER, TEST_USER2, SlurmCluster
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 

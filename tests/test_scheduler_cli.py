@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.workload import read_trace
 from sing.cli import main
+from sing.scheduler.workload import read_trace
 from tests.shared_data import PHILLY, require
 
 TRACE = (
@@ -43,7 +43,7 @@ def test_simulate_json_starts_and_store(tmp_path: Path, capsys: pytest.CaptureFi
         }
     assert got["fcfs", "b"] == (10.0, "node0:0,1,2,3")
     assert got["sjf", "c"] == (2.0, "node0:2")
-    from warehouse.store import Warehouse
+    from sing.warehouse.store import Warehouse
 
     stored = (
         Warehouse(wh)
@@ -88,7 +88,7 @@ def test_a_long_pure_replay_points_at_the_compiled_build(
     native: bool,
 ) -> None:
     """Only a pure-Python replay of many jobs says that `make native` would speed it up."""
-    import scheduler
+    from sing import scheduler
 
     monkeypatch.setattr(scheduler, "NATIVE", native)
     long = tmp_path / "long.csv"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.lane import COMPACT_AT, WAITING, Lane
+from sing.scheduler.lane import COMPACT_AT, WAITING, Lane
 
 GONE = 2  # any state but WAITING
 

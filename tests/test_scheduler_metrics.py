@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.metrics import jain, summarize
-from scheduler.settings import SchedulerSettings
-from scheduler.simulate import replay
-from scheduler.workload import Workload
+from sing.scheduler.metrics import jain, summarize
+from sing.scheduler.settings import SchedulerSettings
+from sing.scheduler.simulate import replay
+from sing.scheduler.workload import Workload
 
 # One GPU. bo submits a 10 s job every 10 s (t = 0..200), enough to keep the GPU busy alone; ana
 # submits one 50 s job at t = 1.

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cluster import WHOLE, Cluster, Node
-from scheduler.core import Job, Scheduler
-from scheduler.settings import SchedulerSettings
-from scheduler.simulate import fitting, make_cluster, replay
-from scheduler.workload import Workload
+from sing.scheduler.cluster import WHOLE, Cluster, Node
+from sing.scheduler.core import Job, Scheduler
+from sing.scheduler.settings import SchedulerSettings
+from sing.scheduler.simulate import fitting, make_cluster, replay
+from sing.scheduler.workload import Workload
 from tests.test_scheduler_properties import VARIANTS as UNIFORM_VARIANTS
 
 NODES = [

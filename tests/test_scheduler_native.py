@@ -1,4 +1,4 @@
-"""The compiled build (`make native`, scheduler/native.py) does exactly what the sources do.
+"""The compiled build (`make native`, sing/scheduler/native.py) does exactly what the sources do.
 
 A build is made from this checkout into a temporary directory (installing a C compiler and the
 Python headers with apt as root under CI, as tests/debian.py does for every real component). Then:
@@ -39,11 +39,11 @@ SCHEDULER_TESTS = [
 REPLAY = """
 import json, sys
 sys.path.insert(0, "bench")
-import scheduler
+from sing import scheduler
 from bench_scheduler import MIXED, mixed_workload
-from scheduler.settings import POLICIES, SchedulerSettings
-from scheduler.simulate import fitting, make_cluster, replay
-from scheduler.workload import read_trace
+from sing.scheduler.settings import POLICIES, SchedulerSettings
+from sing.scheduler.simulate import fitting, make_cluster, replay
+from sing.scheduler.workload import read_trace
 
 settings = SchedulerSettings()
 jobs = read_trace(sys.argv[1]).sorted_by_submit().select(list(range(20_000)))
@@ -75,7 +75,7 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         ensure_packages("python3-dev")
     out = tmp_path_factory.mktemp("native")
-    made = _python("0", "-m", "scheduler.native", "build", "--out", str(out))
+    made = _python("0", "-m", "sing.scheduler.native", "build", "--out", str(out))
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     return out
 

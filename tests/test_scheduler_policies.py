@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from scheduler.cluster import Cluster
-from scheduler.core import Job, Placement, Scheduler
-from scheduler.settings import SchedulerSettings
-from scheduler.simulate import replay
-from scheduler.workload import Workload
 from sing.config import ConfigError
+from sing.scheduler.cluster import Cluster
+from sing.scheduler.core import Job, Placement, Scheduler
+from sing.scheduler.settings import SchedulerSettings
+from sing.scheduler.simulate import replay
+from sing.scheduler.workload import Workload
 
 
 def workload(*jobs: tuple[str, float, float, int], user: str = "u") -> Workload:

@@ -7,10 +7,10 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cluster import Cluster
-from scheduler.settings import SchedulerSettings
-from scheduler.simulate import Replay, replay
-from scheduler.workload import Workload
+from sing.scheduler.cluster import Cluster
+from sing.scheduler.settings import SchedulerSettings
+from sing.scheduler.simulate import Replay, replay
+from sing.scheduler.workload import Workload
 
 NODES, GPUS = 4, 4
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import SchedulerSettings
-from scheduler.simulate import replay
-from scheduler.workload import Workload, read_trace
+from sing.scheduler.settings import SchedulerSettings
+from sing.scheduler.simulate import replay
+from sing.scheduler.workload import Workload, read_trace
 from tests.shared_data import PHILLY, require
 
 FIXTURE = Path(__file__).parent / "fixtures/scheduler/philly_starts.csv"

@@ -13,15 +13,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from executors.settings import ExecutorSettings
-from executors.slurm import SlurmExecutor
-from executors.slurm_parse import parse_sacct, parse_squeue
-from executors.sync import sync
 from sing.errors import UserError
+from sing.executors.settings import ExecutorSettings
+from sing.executors.slurm import SlurmExecutor
+from sing.executors.slurm_parse import parse_sacct, parse_squeue
+from sing.executors.sync import sync
 from sing.sluid import normal_sluid
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse
 from tests.test_executors_slurm_parse import Replay
-from warehouse.schema import table
-from warehouse.store import Warehouse
 
 DATA = Path(__file__).parent / "executors_data" / "slurm-26.05"
 RUN1, RUN2 = "s4T9M8MZMKY000", "s4T9M8MZXRX000"

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from executors.profile import parse_profile
-from executors.slurm import SlurmExecutor
+from sing.executors.profile import parse_profile
+from sing.executors.slurm import SlurmExecutor
+from sing.warehouse.store import Warehouse
 from tests.slurm_harness import SlurmCluster, running, scratch
 from tests.slurm_release import RELEASES
 from tests.test_executors_slurm import (  # noqa: F401  collected here against 24.11
@@ -32,7 +33,6 @@ from tests.test_executors_slurm import (  # noqa: F401  collected here against 2
     test_running_jobs_have_per_node_gpu_indices,
     wait_for,
 )
-from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 

@@ -15,10 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.test_analytics import run_sing
-from warehouse import analytics
-from warehouse.store import Warehouse
-from warehouse.synthetic import (
+from sing.warehouse import analytics
+from sing.warehouse.store import Warehouse
+from sing.warehouse.synthetic import (
     MEAN_UTIL_BY_NODES,
     POLICY,
     SAMPLE_S,
@@ -26,6 +25,7 @@ from warehouse.synthetic import (
     generate,
     place_jobs,
 )
+from tests.test_analytics import run_sing
 
 END = datetime(2026, 1, 10, tzinfo=UTC)
 DAYS = 10

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sing.cli import main
-from traces.export import build_release, export_trace, export_zip
-from traces.settings import TraceSettings, load_key
-from traces.validate import validate
-from warehouse.store import Warehouse
+from sing.traces.export import build_release, export_trace, export_zip
+from sing.traces.settings import TraceSettings, load_key
+from sing.traces.validate import validate
+from sing.warehouse.store import Warehouse
 
 T0 = datetime(2025, 3, 3, tzinfo=UTC)
 UNTIL = T0 + timedelta(days=2)
@@ -273,12 +273,12 @@ def test_csv_copy_passes_frictionless(warehouse, tmp_path):
 
 
 def test_failed_export_leaves_nothing(warehouse, tmp_path, monkeypatch, capsys):
-    import traces.package
+    from sing.traces import package as release_package
 
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(traces.package, "_datasheet", boom)
+    monkeypatch.setattr(release_package, "_datasheet", boom)
     with pytest.raises(OSError):
         export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY)
     assert list(tmp_path.iterdir()) == []

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from traces.export import export_trace
-from traces.settings import TraceSettings
-from traces.validate import validate
-from warehouse.store import Warehouse
+from sing.traces.export import export_trace
+from sing.traces.settings import TraceSettings
+from sing.traces.validate import validate
+from sing.warehouse.store import Warehouse
 
 T0 = datetime(2025, 3, 3, tzinfo=UTC)
 UNTIL = T0 + timedelta(days=2)

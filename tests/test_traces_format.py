@@ -14,13 +14,13 @@ import pytest
 
 from sing.config import Config
 from sing.errors import UserError
-from traces.anonymize import hmac_sha256_hex, pseudonymize
-from traces.format import RESOURCES
-from traces.importers import import_trace
-from traces.package import ReleaseInfo, write_trace
-from traces.read import read_nodes
-from traces.settings import TraceSettings
-from traces.validate import validate
+from sing.traces.anonymize import hmac_sha256_hex, pseudonymize
+from sing.traces.format import RESOURCES
+from sing.traces.importers import import_trace
+from sing.traces.package import ReleaseInfo, write_trace
+from sing.traces.read import read_nodes
+from sing.traces.settings import TraceSettings
+from sing.traces.validate import validate
 
 DOC = Path(__file__).parents[1] / "docs" / "trace-format.md"
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"

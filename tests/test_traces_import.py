@@ -11,11 +11,11 @@ import pytest
 
 from sing.cli import main
 from sing.errors import UserError
+from sing.traces.importers import import_trace
+from sing.traces.read import SIMULATION_COLUMNS, jobs_for_simulation, read_nodes
+from sing.traces.swf import write_swf
+from sing.traces.validate import validate
 from tests.shared_data import PHILLY, require
-from traces.importers import import_trace
-from traces.read import SIMULATION_COLUMNS, jobs_for_simulation, read_nodes
-from traces.swf import write_swf
-from traces.validate import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 

@@ -1,4 +1,4 @@
-"""Privacy of trace releases, measured by the re-identification attack of `traces.linkage`.
+"""Privacy of trace releases, measured by the re-identification attack of `sing.traces.linkage`.
 
 The warehouse holds a week of real Philly jobs (arrival times, run times, GPU counts and
 virtual clusters from ../shared/traces) given to 150 users of 30 labs, as on a campus: a user
@@ -19,11 +19,11 @@ import pyarrow as pa
 import pytest
 
 from sing.cli import main
+from sing.traces.export import build_release
+from sing.traces.linkage import evaluate, public_view
+from sing.traces.settings import TraceSettings
+from sing.warehouse.store import Warehouse
 from tests.shared_data import PHILLY, SHARED_TRACES
-from traces.export import build_release
-from traces.linkage import evaluate, public_view
-from traces.settings import TraceSettings
-from warehouse.store import Warehouse
 
 SINCE = datetime(2017, 11, 1, tzinfo=UTC)
 UNTIL = SINCE + timedelta(days=7)
@@ -308,7 +308,7 @@ def print_table() -> None:
     """The linkage table of docs/trace-format.md, for the test population."""
     import tempfile
 
-    from traces.linkage import scenarios
+    from sing.traces.linkage import scenarios
 
     with tempfile.TemporaryDirectory() as tmp:
         wh = Warehouse(tmp)

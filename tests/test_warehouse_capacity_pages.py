@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.test_analytics import add_gpu_samples, add_job, add_nodes, at
-from warehouse.store import Warehouse
 
 ADMIN = "ghopper"
 

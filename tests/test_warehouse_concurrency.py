@@ -23,8 +23,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from warehouse import delta, maintenance
-from warehouse.store import Warehouse
+from sing.warehouse import delta, maintenance
+from sing.warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, tzinfo=UTC)  # long closed days: the compactor merges them at once

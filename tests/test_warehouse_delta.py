@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from warehouse import delta, maintenance
-from warehouse.schema import table
-from warehouse.store import Warehouse, conform
+from sing.warehouse import delta, maintenance
+from sing.warehouse.schema import table
+from sing.warehouse.store import Warehouse, conform
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, 23, 0, tzinfo=UTC)
@@ -361,7 +361,7 @@ def test_a_cached_table_is_reloaded_once_a_newer_checkpoint_exists(tmp_path: Pat
 
 def test_a_process_that_merged_exits_cleanly(tmp_path: Path) -> None:
     """delta-rs can abort at interpreter exit after a merge unless the tables are dropped first
-    (the atexit hook in warehouse.delta)."""
+    (the atexit hook in sing.warehouse.delta)."""
     root = tmp_path / "wh"
     for run in range(4):
         out = spawn("writer", root, "jobs", run * 10, 3)

@@ -17,10 +17,10 @@ import pytest
 
 from sing.errors import UserError
 from sing.jobids import lowest_job
-from warehouse import migrations
-from warehouse.cli import run_read_only
-from warehouse.importer import Imported, import_file
-from warehouse.store import Warehouse
+from sing.warehouse import migrations
+from sing.warehouse.cli import run_read_only
+from sing.warehouse.importer import Imported, import_file
+from sing.warehouse.store import Warehouse
 
 SING = Path(sys.executable).parent / "sing"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import data
+from sing.dashboards import data
 from tests.cli_as_user import sing_as_nobody
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SING_")}

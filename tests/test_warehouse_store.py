@@ -19,9 +19,9 @@ import pytest
 from deltalake import DeltaTable
 
 from sing.errors import UserError
-from warehouse import delta, files, maintenance, migrations
-from warehouse.schema import table
-from warehouse.store import ROLLUPS, Warehouse, conform
+from sing.warehouse import delta, files, maintenance, migrations
+from sing.warehouse.schema import table
+from sing.warehouse.store import ROLLUPS, Warehouse, conform
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = 2**30

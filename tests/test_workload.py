@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import run_sing
 from tests.test_cli_reports import table
-from warehouse.store import Warehouse
 
 MON = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday: the window is its week
 H = timedelta(hours=1)

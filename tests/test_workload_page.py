@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.test_analytics import run_sing
 from tests.test_workload import HELIOS_LOG, JOBS, MON, H
-from warehouse.store import Warehouse
 
 ADMIN, RESEARCHER, ALICE = "ghopper", "rsearch", "alice"
 

@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 import pytest
 
+from sing.warehouse.store import Warehouse
 from tests.real_path.processes import Service, run, wait_for
 from tests.real_path.slurm import job_states
 from tests.slurm_harness import GPUS_PER_NODE, NODES, SlurmCluster, scratch
-from warehouse.store import Warehouse
 
 PYTHON = sys.executable
 SING = str(Path(sys.executable).with_name("sing"))
@@ -157,7 +157,7 @@ def start_exporter(
     fake.write_text(json.dumps(nvml))
     return Service(
         [
-            PYTHON, "-m", "exporters", "--fake", str(fake), "--node", f"{node}:{port}",
+            PYTHON, "-m", "sing.exporters", "--fake", str(fake), "--node", f"{node}:{port}",
             "--listen-address", "127.0.0.1", "--cache-seconds", "0",
             "--sysfs-root", str(base / "sys" / node),
             "--job-mapping-dir", str(cluster.mapping_dir(node)),

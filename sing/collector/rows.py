@@ -1,0 +1,238 @@
+"""One round's warehouse rows: GPU samples stamped with their job and energy delta, RDMA samples
+with deltas, health readings that changed (sing/collector/health.py), node inventory versions, and
+one `scrapes` row per target.
+
+Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
+join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
+node's own attribution (`sing_gpu_job_info`, or dcgm-exporter's `hpc_job` label); failing that,
+from the allocations the last job sync found running, keyed by (cluster, node, GPU), unless the
+node's exporter reads the prolog's mapping (`sing_gpu_job_mapping_present` 1): then a GPU it
+names no job for is free, since a sync's allocations outlive a job by up to a sync. A node's
+RDMA traffic belongs to the job holding most of its GPUs (ties: the lowest job id, compared as
+numbers). Every sample row carries its node's cluster.
+
+One target's page cannot lose another's rows: `fit_reading` drops each value that fits no
+warehouse column (an integer beyond int64, such as old dcgm-exporter's 2^64-1 sentinels, a
+`gpu="70000"` label beyond int16, a float beyond float32) from that target's reading, counted by
+reason for its `scrapes` row and `sing_collector_samples_dropped_total`; the rest of the page is
+kept. Should a batch still fail to convert, `tables()` converts it node by node and drops only
+the rows of the nodes that fail, noted on those nodes' `scrapes` rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from sing.collector.convert import Hardware, NodeReading
+from sing.collector.counters import CounterDeltas
+from sing.collector.health import LastValues, health_rows
+from sing.collector.inventory import Inventory, NodeKey
+from sing.executors.records import NodeRecord
+from sing.jobids import job_order
+from sing.warehouse.schema import TABLES
+
+log = logging.getLogger(__name__)
+
+# (cluster, node, gpu index) -> job id, for GPUs whose exporter does not say who holds them.
+Allocations = dict[tuple[str, str, int], str]
+# Why values of a page were dropped -> how many (a GPU or port whose key fits no column: 1).
+Drops = Counter[str]
+# What pyarrow raises for a value that does not fit its column.
+ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
+FLOAT_MAX = {32: 3.4028234663852886e38, 64: math.inf}
+
+
+class RoundRows:
+    """Accumulates rows of one round (scrape or pull steps); `tables()` gives one batch each."""
+
+    def __init__(
+        self,
+        deltas: CounterDeltas,
+        allocations: Allocations | None = None,
+        inventory: Inventory | None = None,
+        health: LastValues | None = None,
+    ) -> None:
+        self._deltas = deltas
+        self._allocations = allocations or {}
+        self._inventory = inventory or Inventory()
+        self._health = health or LastValues()
+        self._hardware: dict[NodeKey, Hardware] = {}
+        # target -> values dropped from its page this round (the self-metric's counts)
+        self.drops: dict[str, Drops] = {}
+        # Written in this order: `scrapes` last, so a stored scrapes row means its round is.
+        self._rows: dict[str, list[dict[str, Any]]] = {
+            "gpu_samples": [],
+            "rdma_samples": [],
+            "health_samples": [],
+            "nodes": [],
+            "scrapes": [],
+        }
+
+    def add_node(self, ts: datetime, cluster: str, node: str, reading: NodeReading) -> None:
+        jobs: dict[int, str] = {}
+        for index, values in sorted(reading.gpus.items()):
+            job = reading.jobs.get(index)
+            if job is None and not reading.jobs_complete:
+                job = self._allocations.get((cluster, node, index))
+            if job:
+                jobs[index] = job
+            gpu = values.get("gpu_uuid") or index
+            energy = self._deltas.delta((cluster, node, gpu, "energy"), values.get("energy_j"))
+            self._rows["gpu_samples"].append(
+                {"ts": ts, "cluster": cluster, "node": node, "gpu_index": index, "job_id": job}
+                | values
+                | {"energy_delta_j": energy}
+            )
+        node_job = _majority_job(jobs)
+        for (device, port), counters in sorted(reading.ports.items()):
+            tx, rx = counters.get("tx_bytes"), counters.get("rx_bytes")
+            self._rows["rdma_samples"].append(
+                {
+                    "ts": ts,
+                    "cluster": cluster,
+                    "node": node,
+                    "device": device,
+                    "port": port,
+                    **counters,
+                    "tx_delta_bytes": self._deltas.delta((cluster, node, device, port, "tx"), tx),
+                    "rx_delta_bytes": self._deltas.delta((cluster, node, device, port, "rx"), rx),
+                    "job_id": node_job,
+                }
+            )
+        self._rows["health_samples"] += health_rows(self._health, ts, cluster, node, reading.health)
+        hardware = reading.hardware()
+        if hardware is not None:
+            self._hardware[(cluster, node)] = hardware
+
+    def add_inventory(self, ts: datetime, listed: dict[NodeKey, NodeRecord] | None) -> None:
+        """Close a step: node versions from the hardware its nodes reported and the executor's
+        node list (None: no executor inventory)."""
+        self._rows["nodes"] += self._inventory.versions(ts, self._hardware, listed)
+        self._hardware = {}
+
+    def add_scrape(
+        self,
+        ts: datetime,
+        target: str,
+        node: str,
+        duration_s: float | None,
+        samples: int,
+        error: str | None,
+        dropped: Drops | None = None,
+    ) -> None:
+        """A target's scrape, with the values `fit_reading` dropped from its page."""
+        self._rows["scrapes"].append(
+            {
+                "ts": ts,
+                "target": target,
+                "node": node,
+                "up": error is None,
+                "duration_s": duration_s,
+                "samples": samples,
+                "error": error,
+                "dropped": 0 if error is None else None,
+            }
+        )
+        if dropped:
+            self._note_drops(self._rows["scrapes"][-1], dropped)
+
+    def _note_drops(self, scrape: dict[str, Any], dropped: Drops) -> None:
+        drops = self.drops.setdefault(scrape["target"], Counter())
+        drops.update(dropped)
+        scrape["dropped"] = drops.total()
+        scrape["dropped_reasons"] = ", ".join(f"{k}={n}" for k, n in sorted(drops.items()))
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The non-empty batches, typed exactly as sing/warehouse/schema.py says. A batch that does
+        not convert is converted node by node, without the nodes whose rows do not."""
+        out = {}
+        for name, rows in self._rows.items():
+            if not rows:
+                continue
+            schema = TABLES[name].schema
+            try:
+                out[name] = pa.Table.from_pylist(rows, schema=schema)
+            except ARROW_ERRORS:
+                out[name] = self._without_bad_nodes(name, rows, schema)
+        return out
+
+    def _without_bad_nodes(
+        self, name: str, rows: list[dict[str, Any]], schema: pa.Schema
+    ) -> pa.Table:
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_node.setdefault(row["node"], []).append(row)
+        kept = []
+        for node, node_rows in by_node.items():
+            try:
+                kept.append(pa.Table.from_pylist(node_rows, schema=schema))
+            except ARROW_ERRORS as err:
+                log.error("%s rows of node %s dropped, they fit no column: %s", name, node, err)
+                reason = Counter({f"unconvertible_{name}": len(node_rows)})
+                for scrape in self._rows["scrapes"] if name != "scrapes" else ():
+                    if scrape["node"] == node:
+                        self._note_drops(scrape, reason)
+        return pa.concat_tables(kept) if kept else schema.empty_table()
+
+
+def fit_reading(reading: NodeReading) -> Drops:
+    """Drop from one target's reading each value that fits no warehouse column; the counts by
+    reason. A GPU or port whose index fits no column goes whole (its rows have no key)."""
+    drops: Drops = Counter()
+    gpu_columns = _columns("gpu_samples")
+    for index in sorted(reading.gpus.keys() | reading.jobs.keys() | reading.models.keys()):
+        if not _fits(gpu_columns["gpu_index"], index):
+            drops["gpu_index_out_of_range"] += 1
+            for values in (reading.gpus, reading.jobs, reading.models):
+                values.pop(index, None)
+    for values in reading.gpus.values():
+        drops += _drop_unfit(values, gpu_columns)
+    rdma_columns = _columns("rdma_samples")
+    for device, port in list(reading.ports):
+        if not _fits(rdma_columns["port"], port):
+            drops["port_out_of_range"] += 1
+            del reading.ports[(device, port)]
+    for counters in reading.ports.values():
+        drops += _drop_unfit(counters, rdma_columns)
+    return drops
+
+
+def _drop_unfit(values: dict[str, Any], columns: dict[str, pa.DataType]) -> Drops:
+    unfit = [c for c, v in values.items() if c in columns and not _fits(columns[c], v)]
+    for column in unfit:
+        del values[column]
+    return Counter(f"{column}_out_of_range" for column in unfit)
+
+
+def _columns(name: str) -> dict[str, pa.DataType]:
+    return {f.name: f.type for f in TABLES[name].schema}
+
+
+def _fits(dtype: pa.DataType, value: Any) -> bool:
+    """Whether `value` is stored as itself in a column of `dtype` (None always is)."""
+    if value is None:
+        return True
+    if pa.types.is_integer(dtype):
+        bits = dtype.bit_width
+        low, high = (-(1 << bits - 1), (1 << bits - 1) - 1)
+        if pa.types.is_unsigned_integer(dtype):
+            low, high = 0, (1 << bits) - 1
+        return isinstance(value, int) and low <= value <= high
+    if pa.types.is_floating(dtype):
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return isinstance(value, int | float) and abs(value) <= FLOAT_MAX[dtype.bit_width]
+    return True
+
+
+def _majority_job(jobs: dict[int, str]) -> str | None:
+    if not jobs:
+        return None
+    counts = Counter(jobs.values())
+    return min(counts, key=lambda job: (-counts[job], job_order(job)))

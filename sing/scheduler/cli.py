@@ -1,0 +1,271 @@
+"""`sing simulate`: replay a trace under several policies and compare them side by side."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import sys
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sing import scheduler
+from sing.config import Config
+from sing.digits import ascii_digits
+from sing.errors import UserError
+from sing.progress import Progress
+from sing.scheduler.cluster import Cluster, Node
+from sing.scheduler.metrics import NA, offered_load, summarize
+from sing.scheduler.nodelist import read_cluster
+from sing.scheduler.settings import POLICIES, SchedulerSettings
+from sing.scheduler.simulate import Replay, fitting, make_cluster, replay
+from sing.scheduler.validation import VALIDATION, compare_waits
+from sing.scheduler.workload import Trace, load_trace
+from sing.tables import Column, hours, percent, print_json, render
+from sing.times import parse_time
+
+SKIP_KEYS = {
+    "cpu-only": "skipped_cpu_only",
+    "never ran": "skipped_never_ran",
+    "censored": "skipped_censored",
+    "cannot fit": "skipped_cannot_fit",
+}
+
+# The printed comparison table: waits and job completion times (JCT) in hours; "n/a" where a
+# figure is undefined (no jobs, a zero-length window), null in --json.
+TABLE = (
+    Column("policy", "policy"),
+    Column("jobs", "jobs"),
+    percent("offered_load", "offered", missing=NA),  # GPU-hours asked / GPU-hours there
+    percent("gpu_assignment", "assigned", missing=NA),
+    percent("busy_assignment", "busy", missing=NA),
+    hours("mean_wait_s", "wait mean", missing=NA),
+    hours("p50_wait_s", "p50", missing=NA),
+    hours("p95_wait_s", "p95", digits=1, missing=NA),
+    hours("p99_wait_s", "p99", digits=1, missing=NA),
+    hours("max_wait_s", "max", digits=1, missing=NA),
+    hours("mean_jct_s", "JCT", missing=NA),
+    Column("mean_bounded_slowdown", "bsld", digits=1, missing=NA),
+    Column("jain_fairness", "Jain", digits=3, missing=NA),
+    hours("worst_user_mean_wait_s", "worst user wait", missing=NA),
+    Column("starved_jobs", "starved"),
+    Column("jobs_per_s", "jobs/s", digits=0, missing=NA),
+)
+# Below this offered load queues rarely form, and every policy gives about the same waits.
+LOW_LOAD = 0.3
+# From this many jobs a replay in pure Python takes long enough to point at the compiled build.
+NATIVE_HINT_JOBS = 10_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a job trace under scheduling policies and compare them",
+        description="Replay a trace (a release of the open format, simple CSV or the Philly jobs "
+        "file) on a cluster under each policy; [scheduler] settings of the config apply. The "
+        "cluster: the release's node list, --cluster FILE, or --nodes x --gpus-per-node.",
+    )
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="release directory (or its jobs.parquet / jobs.csv), simple CSV or Philly jobs CSV",
+    )
+    p.add_argument("--cluster", metavar="FILE", help="node list CSV: node,gpus,gpu_model")
+    p.add_argument("--nodes", type=int, help="nodes of a uniform cluster")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node of a uniform cluster")
+    p.add_argument("--policy", help="comma-separated (default: all; fcfs with --validate)")
+    p.add_argument(
+        "--since",
+        help="only jobs submitted at or after this time: ISO 8601 (UTC) or seconds from the "
+        "trace start with an s, e.g. 86400s",
+    )
+    p.add_argument("--until", help="only jobs submitted before this time (as --since)")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="compare simulated waits with the waits the trace recorded (default policy fcfs)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    p.add_argument("--starts-out", metavar="FILE", help="write every job's start and placement")
+    p.add_argument("--store", action="store_true", help="store the summaries in the warehouse")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    settings = config.section("scheduler", SchedulerSettings)
+    chosen = args.policy or ("fcfs" if args.validate else ",".join(POLICIES))
+    policies = [p.strip() for p in chosen.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise UserError(f"--policy {args.policy!r}: choose from {', '.join(POLICIES)}")
+    trace = load_trace(args.trace)
+    nodes = cluster_of(args, trace)
+    since, until = when(args.since, "--since", trace), when(args.until, "--until", trace)
+    windowed = trace.workload.window(since, until)
+    try:
+        cluster = make_cluster(nodes, args.gpus_per_node or 0, settings)
+    except ValueError as err:
+        raise UserError(f"cluster: {err}") from err
+    workload, unfit = fitting(windowed, cluster, settings)
+    skipped = {**trace.skipped, "cannot fit": sum(unfit.values())}
+    load = offered_load(workload, cluster.total_gpus, since, until)
+    _notes(args.trace, skipped, unfit, len(workload), load, cluster.total_gpus)
+    runs = []
+    with Progress("simulate", total=len(policies), unit="policies") as progress:
+        for policy in policies:
+            progress.update(len(runs), note=f"{policy}, {len(workload):,} jobs")
+            runs.append(replay(workload, nodes, args.gpus_per_node or 0, settings, policy))
+        progress.update(len(runs))
+    if args.validate:
+        return _report_validation(args, runs)
+    extra = {"offered_load": load, **{SKIP_KEYS[k]: n for k, n in skipped.items()}}
+    rows = [{**summarize(r, settings.starvation_s), **extra} for r in runs]
+    if args.starts_out:
+        write_starts(runs, Path(args.starts_out))
+    if args.store:
+        run_id = _store(config.warehouse_dir(args.warehouse), args, settings, rows, cluster)
+        print(f"stored run {run_id} in table sim_runs", file=sys.stderr)
+    if args.json:
+        print_json(rows)
+    else:
+        print(render(rows, TABLE))
+    return 0
+
+
+def _notes(
+    trace: str,
+    skipped: dict[str, int],
+    unfit: Counter[str],
+    jobs: int,
+    load: float | None,
+    gpus: int,
+) -> None:
+    """What a reader of the table should know: jobs left out, and a load too low to compare."""
+    if any(skipped.values()):
+        print(skip_line(skipped, unfit), file=sys.stderr)
+    if not jobs:
+        print(f"warning: {trace}: no jobs to replay in this window", file=sys.stderr)
+    elif load is not None and load < LOW_LOAD:
+        print(
+            f"warning: offered load {load:.3f} (GPU-seconds requested / ({gpus} GPUs x window)) "
+            f"is below {LOW_LOAD}: queues rarely form, so every policy gives about the same waits",
+            file=sys.stderr,
+        )
+    if jobs >= NATIVE_HINT_JOBS and not scheduler.NATIVE:
+        print(
+            "note: the replay runs as pure Python; `make native` compiles it (2-4x faster, the "
+            "same results: docs/scheduler.md)",
+            file=sys.stderr,
+        )
+
+
+def cluster_of(args: argparse.Namespace, trace: Trace) -> int | list[Node]:
+    """The node list (--cluster, else the release's) or the node count of a uniform cluster."""
+    uniform = args.nodes is not None or args.gpus_per_node is not None
+    if args.cluster and uniform:
+        raise UserError("give either --cluster FILE or --nodes/--gpus-per-node, not both")
+    if args.cluster:
+        return read_cluster(args.cluster)
+    if uniform:
+        if args.nodes is None or args.gpus_per_node is None:
+            raise UserError("a uniform cluster needs both --nodes and --gpus-per-node")
+        if args.nodes < 1 or args.gpus_per_node < 1:
+            raise UserError("--nodes and --gpus-per-node must be >= 1")
+        return args.nodes
+    if trace.nodes:
+        return trace.nodes
+    raise UserError(
+        f"{args.trace} carries no node list: give the cluster with --cluster FILE "
+        "(node,gpus,gpu_model) or --nodes and --gpus-per-node"
+    )
+
+
+def when(text: str | None, option: str, trace: Trace) -> float | None:
+    """An ISO 8601 time (naive = UTC), or `<seconds>s` from the trace start, as epoch seconds."""
+    if text is None:
+        return None
+    if text.endswith("s") and ascii_digits(text[:-1].replace(".", "", 1)):
+        return trace.origin + float(text[:-1])
+    try:
+        return parse_time(text).timestamp()
+    except ValueError:
+        raise UserError(
+            f"{option} {text!r} is neither an ISO 8601 time (e.g. 2017-10-02) nor seconds from "
+            "the trace start (e.g. 86400s)"
+        ) from None
+
+
+def skip_line(skipped: dict[str, int], unfit: Counter[str]) -> str:
+    """`skipped: 2 cpu-only, 1 never ran, 3 cannot fit (model A100 missing: 3)`."""
+    why = ", ".join(f"{reason}: {n}" for reason, n in sorted(unfit.items()))
+    return "skipped: " + ", ".join(
+        f"{n} {reason}" + (f" ({why})" if reason == "cannot fit" and why else "")
+        for reason, n in skipped.items()
+    )
+
+
+def write_starts(runs: list[Replay], path: Path) -> None:
+    """One row per policy and job: times in epoch seconds, placement as `node:0,1;node2:0`."""
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(
+            ["policy", "job_id", "submit_time", "start_time", "end_time", "num_gpus", "placement"]
+        )
+        for r in runs:
+            jobs = r.workload
+            for k in range(len(jobs)):
+                where = ";".join(
+                    f"{node}:{','.join(map(str, g))}" for node, g in r.placement(k).items()
+                )
+                writer.writerow(
+                    [
+                        r.policy,
+                        jobs.job_id[k],
+                        repr(jobs.submit[k]),
+                        repr(r.start[k]),
+                        repr(r.start[k] + jobs.duration[k]),
+                        r.gpus[k],
+                        where,
+                    ]
+                )
+
+
+def _store(
+    directory: Path,
+    args: argparse.Namespace,
+    settings: SchedulerSettings,
+    rows: list[dict],
+    cluster: Cluster,
+) -> str:
+    import pyarrow as pa
+
+    from sing.warehouse.store import Warehouse
+
+    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    from sing.warehouse.schema import table
+
+    extra = {
+        "run_id": run_id,
+        "trace": str(args.trace),
+        "nodes": cluster.nodes,
+        "gpus_per_node": cluster.gpus_per_node,  # a mixed cluster's largest node
+        "settings": json.dumps(dataclasses.asdict(settings), sort_keys=True),
+    }
+    stored = set(table("sim_runs").schema.names)  # the table's columns; the rest is printed only
+    records = [{k: v for k, v in {**extra, **row}.items() if k in stored} for row in rows]
+    Warehouse(directory).append("sim_runs", pa.Table.from_pylist(records))
+    return run_id
+
+
+def _report_validation(args: argparse.Namespace, runs: list[Replay]) -> int:
+    rows = [compare_waits(r) for r in runs]
+    if not any(r["jobs"] for r in rows):
+        raise UserError(f"{args.trace}: no job with a recorded start time to validate against")
+    if args.json:
+        print_json(rows)
+    else:
+        print(render(rows, VALIDATION))
+    return 0

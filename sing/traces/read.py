@@ -1,0 +1,159 @@
+"""Reading a trace directory: its tables, its node inventory, and jobs as the simulator
+replays them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from sing.errors import UserError
+from sing.traces.format import JOBS
+from sing.traces.package import DATAPACKAGE
+
+SIMULATION_COLUMNS = (
+    "job_id",
+    "user",
+    "submit_time_s",
+    "duration_s",
+    "num_gpus",
+    "num_nodes",
+    "gpu_request",
+    "gpu_model_request",
+    "time_limit_s",
+    "start_time_s",
+)
+# Columns a release may lack (older format versions): read as empty.
+OPTIONAL = {
+    "gpu_request": pl.Float64,
+    "gpu_model_request": pl.String,
+    "time_limit_s": pl.Int64,
+    "start_s": pl.Float64,
+    "num_nodes": pl.Int64,
+    "user": pl.String,
+    "censored": pl.Boolean,
+}
+READ = ("job_id", "user", "submit_s", "start_s", "run_s", "num_gpus", "num_nodes", *OPTIONAL)
+
+
+def read_package(path: str | Path) -> dict:
+    """The trace's datapackage.json."""
+    file = Path(path) / DATAPACKAGE
+    if not file.is_file():
+        raise UserError(f"{path}: not a trace directory (no {DATAPACKAGE})")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{file}: not valid JSON: {err}") from err
+
+
+def read_table(path: str | Path, name: str = "jobs") -> pa.Table:
+    """One table of a trace (from its Parquet file)."""
+    file = Path(path) / f"{name}.parquet"
+    if not file.is_file():
+        raise UserError(f"{path}: no {file.name} in this trace")
+    return pq.read_table(file)
+
+
+def jobs_file(path: str | Path) -> Path:
+    """The jobs file of a release directory, or the jobs file given (jobs.parquet or jobs.csv)."""
+    path = Path(path)
+    if path.is_dir():
+        read_package(path)  # a clear error for a directory that is no release
+        return path / "jobs.parquet"
+    if path.suffix not in (".parquet", ".csv"):
+        raise UserError(f"{path}: not a release's jobs file (jobs.parquet or jobs.csv)")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    return path
+
+
+def _read_jobs(path: str | Path) -> pl.DataFrame:
+    """The columns the simulator reads, with the optional ones filled in as empty."""
+    file = jobs_file(path)
+    if file.suffix == ".parquet":
+        if not file.is_file():
+            raise UserError(f"{path}: no {file.name} in this trace")
+        names = set(pq.read_schema(file).names)
+        table = pq.read_table(file, columns=[c for c in dict.fromkeys(READ) if c in names])
+    else:
+        header = file.open().readline().strip().split(",")
+        types = {f.name: f.type for f in JOBS.fields if f.name in READ}
+        table = pacsv.read_csv(
+            file,
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: t for c, t in types.items() if c in header},
+                include_columns=[c for c in dict.fromkeys(READ) if c in header],
+                strings_can_be_null=True,
+            ),
+        )
+    missing = [
+        c for c in ("job_id", "submit_s", "run_s", "num_gpus") if c not in table.column_names
+    ]
+    if missing:
+        raise UserError(f"{file}: not a jobs table of the open format (no {', '.join(missing)})")
+    jobs = pl.DataFrame(table)
+    return jobs.with_columns(
+        pl.lit(None, dtype=t).alias(c) for c, t in OPTIONAL.items() if c not in jobs.columns
+    )
+
+
+def read_nodes(path: str | Path) -> pa.Table | None:
+    """The trace's node inventory (node, gpus, gpu_model), or None when the release has none."""
+    listed = {r.get("name") for r in read_package(path).get("resources", [])}
+    return read_table(path, "nodes") if "nodes" in listed else None
+
+
+def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
+    """The trace's jobs that ran on GPUs, sorted by submit time, as the simulator needs them.
+
+    `path`: a release directory or its jobs file (jobs.parquet or jobs.csv). Columns: job_id,
+    user, submit_time_s (seconds since the release start), duration_s (run time), num_gpus,
+    num_nodes (0 where the source did not record it: place the GPUs anywhere), gpu_request (GPUs,
+    fractional for a share of one GPU; num_gpus where not recorded), gpu_model_request ("" =
+    any model), time_limit_s and start_time_s (the recorded start; both may be empty).
+    Jobs that never ran (no run time), used no GPU or were still running at the release end
+    (censored: their run time is only a lower bound) are left out: `simulation_skips` counts them.
+    """
+    jobs = _read_jobs(path)
+    gpus = pl.col("gpu_request").fill_null(pl.col("num_gpus").cast(pl.Float64))
+    return (
+        jobs.filter(_uses_gpus() & pl.col("run_s").is_not_null() & ~_censored())
+        .select(
+            pl.col("job_id"),
+            pl.col("user").fill_null(""),
+            pl.col("submit_s").alias("submit_time_s"),
+            pl.col("run_s").alias("duration_s"),
+            pl.col("num_gpus").cast(pl.Int64),
+            pl.col("num_nodes").fill_null(0).cast(pl.Int64),
+            gpus.alias("gpu_request"),
+            pl.col("gpu_model_request").fill_null(""),
+            pl.col("time_limit_s").cast(pl.Float64),
+            pl.col("start_s").alias("start_time_s"),
+        )
+        .sort(["submit_time_s", "job_id"])
+    )
+
+
+def simulation_skips(path: str | Path) -> dict[str, int]:
+    """How many jobs `jobs_for_simulation` leaves out, and why: cpu-only, never ran, censored."""
+    jobs = _read_jobs(path)
+    gpu = jobs.filter(_uses_gpus())
+    never = gpu.filter(pl.col("run_s").is_null()).height
+    censored = gpu.filter(pl.col("run_s").is_not_null() & _censored()).height
+    return {"cpu-only": jobs.height - gpu.height, "never ran": never, "censored": censored}
+
+
+def _censored() -> pl.Expr:
+    """Still running at the release end (not recorded: finished)."""
+    return pl.col("censored").fill_null(False)
+
+
+def _uses_gpus() -> pl.Expr:
+    return (pl.col("num_gpus") > 0) & (
+        pl.col("gpu_request").is_null() | (pl.col("gpu_request") > 0)
+    )

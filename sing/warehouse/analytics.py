@@ -1,0 +1,397 @@
+"""The questions admins, users and researchers ask, as SQL over the warehouse views.
+
+Every function takes a connection from `Warehouse.connect()` and returns a polars DataFrame (or a
+dict for one job), so the CLI prints it as JSON and the dashboards chart it. Per-job figures come
+from the `job_gpu_usage` / `job_rdma_usage` rollups (samples carry their job id), never from
+joining raw samples to allocation intervals at query time.
+
+Windows: a job belongs to [since, until) when its allocation overlaps it; job figures are over
+the whole job. Jobs still running count up to `now`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import duckdb
+import polars as pl
+
+from sing.jobids import job_order_sql
+from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_sql
+from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
+
+# Samples, rollups and node records written before they carried a cluster have NULL there; they
+# belong to the warehouse's only cluster (the one cluster its job records name). A warehouse that
+# already holds several clusters has no such rows (every writer stamps the cluster since), so
+# NULL stays NULL there and matches no job rather than a guessed one.
+HOME_CLUSTER = "(SELECT CASE WHEN count(DISTINCT cluster) = 1 THEN min(cluster) END FROM jobs)"
+
+
+# Per job and GPU over the job's whole life, from the per-day rollup. Energy: the sum of the
+# GPU's counter deltas (resets handled by the writer) except its first sample in the job, whose
+# delta reaches back before the job; days rolled up before deltas existed fall back to that
+# day's counter max - min.
+def job_gpu_sql(source: str = "job_gpu_usage") -> str:
+    """JOB_GPU_SQL over another relation of `job_gpu_usage` rows (e.g. a window's days)."""
+    return f"""
+SELECT cluster, job_id, node, gpu_index,
+       sum(samples) AS samples, sum(util_sum) AS util_sum, max(util_max) AS util_max,
+       sum(sm_sum) AS sm_sum, sum(sm_samples) AS sm_samples,
+       sum(idle_samples) AS idle_samples, max(mem_peak_bytes) AS mem_peak_bytes,
+       max(mem_total_bytes) AS mem_total_bytes,
+       sum(CASE WHEN energy_delta_samples > 0 THEN energy_delta_sum_j
+                ELSE energy_max_j - energy_min_j END)
+           - coalesce(arg_min_null(CASE WHEN energy_delta_samples > 0
+                                        THEN first_energy_delta_j END, first_ts), 0)
+           AS energy_j
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM {source})
+GROUP BY ALL
+"""
+
+
+JOB_GPU_SQL = job_gpu_sql()
+
+
+# Per job and node: RDMA bytes each way, NULL (unknown) where any of the job's samples there had
+# an unknown counter (a saturated 32-bit counter), rather than a total that is too small.
+def job_rdma_sql(source: str = "job_rdma_usage") -> str:
+    """JOB_RDMA_SQL over another relation of `job_rdma_usage` rows (e.g. a window's days)."""
+    return f"""
+SELECT cluster, job_id, node,
+       CASE WHEN coalesce(sum(tx_unknown_samples), 0) = 0 THEN coalesce(sum(tx_bytes), 0) END
+           ::BIGINT AS tx_bytes,
+       CASE WHEN coalesce(sum(rx_unknown_samples), 0) = 0 THEN coalesce(sum(rx_bytes), 0) END
+           ::BIGINT AS rx_bytes
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM {source})
+GROUP BY ALL
+"""
+
+
+JOB_RDMA_SQL = job_rdma_sql()
+
+# Versions of each node of the inventory: a version holds from `valid_from` (-infinity for rows
+# without one: since the beginning) until the node's next version (+infinity for the newest);
+# gpus = 0 means the node is gone (or has no GPU) in that span.
+NODE_VERSIONS_SQL = f"""
+SELECT cluster, node, gpus, gpu_model, gpu_memory_bytes, partition, source,
+       coalesce(valid_from, '-infinity'::TIMESTAMPTZ) AS valid_from,
+       coalesce(lead(valid_from) OVER (PARTITION BY cluster, node ORDER BY valid_from NULLS FIRST),
+                'infinity'::TIMESTAMPTZ) AS valid_until
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM nodes)
+"""
+
+# The inventory versions, each marked whether it is its node's first: a job that started before
+# a node's first version takes that version (the hardware did not change).
+MARKED_VERSIONS_SQL = f"""
+SELECT *, valid_from = min(valid_from) OVER (PARTITION BY cluster, node) AS first_version
+FROM ({NODE_VERSIONS_SQL})
+"""
+
+
+def first_node_version_join(job: str, alias: str = "m") -> str:
+    """SQL: LEFT JOIN `alias`, the inventory version of job `job`'s first node in force when the
+    job started (submitted, if it never started). A job from before the node's first version
+    takes that version (the hardware did not change), as accounting prices it. One version per
+    job, so a node whose model changed gives every job the same answer on every read (an
+    any_value over its versions gave a different model per evaluation)."""
+    at = f"coalesce({job}.start_time, {job}.submit_time)"
+    return f"""LEFT JOIN ({MARKED_VERSIONS_SQL}) {alias}
+    ON {alias}.cluster = {job}.cluster AND {alias}.node = {job}.nodes[1]
+   AND ({alias}.valid_from <= {at} OR {alias}.first_version) AND {at} < {alias}.valid_until"""
+
+
+# Per-job usage over the job's whole life, one row per job (the base of most reports). Jobs are
+# matched to their samples by (cluster, job_id): job ids repeat across clusters.
+JOB_USAGE_SQL = f"""
+WITH gpu AS ({JOB_GPU_SQL}),
+usage AS (
+    SELECT cluster, job_id,
+           sum(util_sum) / nullif(sum(samples), 0) AS mean_util,
+           sum(sm_sum) / nullif(sum(sm_samples), 0) AS mean_sm_active,
+           sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
+           count(*) FILTER (WHERE util_max < $idle_sample) AS gpus_never_used,
+           count(*) AS gpus_sampled,
+           sum(samples) AS samples,
+           max(mem_peak_bytes) AS peak_mem_bytes,
+           max(mem_total_bytes) AS gpu_mem_bytes,
+           sum(energy_j) AS energy_j
+    FROM gpu GROUP BY cluster, job_id
+), rdma AS (
+    -- A direction with any node's total unknown has an unknown job total (NULL).
+    SELECT cluster, job_id,
+           CASE WHEN count(tx_bytes) = count(*) THEN sum(tx_bytes) END::BIGINT AS rdma_tx_bytes,
+           CASE WHEN count(rx_bytes) = count(*) THEN sum(rx_bytes) END::BIGINT AS rdma_rx_bytes,
+           count(tx_bytes) < count(*) OR count(rx_bytes) < count(*) AS rdma_unknown
+    FROM ({JOB_RDMA_SQL}) GROUP BY cluster, job_id
+)
+SELECT j.cluster, j.job_id, j.user, j.account, j.partition, j.name, j.state, j.exit_code,
+       j.submit_time, j.start_time, j.end_time, j.num_nodes, j.num_gpus, j.gpus_per_node,
+       j.nodes, j.time_limit_s,
+       epoch(coalesce(j.end_time, $now) - j.start_time) AS run_s,
+       epoch(j.start_time - j.submit_time) AS queue_s,
+       j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 AS gpu_hours,
+       u.mean_util, u.mean_sm_active, u.idle_share,
+       j.num_gpus * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600 * u.idle_share
+           AS idle_gpu_hours,
+       u.gpus_never_used, u.gpus_sampled, u.samples, u.peak_mem_bytes, u.gpu_mem_bytes, u.energy_j,
+       r.rdma_tx_bytes, r.rdma_rx_bytes,
+       CASE WHEN NOT coalesce(r.rdma_unknown, false) THEN
+           (coalesce(r.rdma_tx_bytes, 0) + coalesce(r.rdma_rx_bytes, 0))
+           / nullif(j.num_nodes * epoch(coalesce(j.end_time, $now) - j.start_time) / 3600, 0)
+       END AS rdma_bytes_per_node_hour
+FROM jobs j
+LEFT JOIN usage u ON u.cluster = j.cluster AND u.job_id = j.job_id
+LEFT JOIN rdma r ON r.cluster = j.cluster AND r.job_id = j.job_id
+WHERE j.start_time IS NOT NULL
+  AND j.start_time < $until AND coalesce(j.end_time, $now) > $since
+ORDER BY {job_order_sql("j.job_id")}, j.cluster
+"""
+
+
+# JOB_USAGE_SQL plus each job's coverage over its run (sing/warehouse/coverage.py): the share of the
+# samples its GPUs should have given, one per GPU every `$interval_s`, that the warehouse holds.
+JOB_COVERAGE_SQL = f"""
+SELECT *, {coverage_sql("samples", "num_gpus", "run_s", "$interval_s::DOUBLE")} AS coverage
+FROM ({JOB_USAGE_SQL})
+ORDER BY {job_order_sql()}, cluster
+"""
+
+
+def _window(
+    since: datetime | None, until: datetime | None, now: datetime | None
+) -> dict[str, datetime]:
+    now = now or datetime.now(UTC)
+    return {
+        "since": since or datetime(1970, 1, 1, tzinfo=UTC),
+        "until": until or now + timedelta(days=1),
+        "now": now,
+    }
+
+
+def job_usage(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
+) -> pl.DataFrame:
+    """One row per job overlapping the window, with its efficiency figures and their coverage
+    (sampled every `needs.interval_s`)."""
+    params = {
+        **_window(since, until, now),
+        "idle_sample": IDLE_SAMPLE_UTIL,
+        "interval_s": needs.interval_s,
+    }
+    return con.sql(JOB_COVERAGE_SQL, params=params).pl()
+
+
+def utilization_by_node_count(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    partition: str | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """The paper's headline figure: GPU-hour-weighted utilisation by job node count.
+
+    Node counts are grouped as 1, 2, 3-4, 5-8, ... (labelled by the power of two above).
+    """
+    usage = job_usage(con, since, until, now).filter(pl.col("mean_util").is_not_null())
+    if partition:
+        usage = usage.filter(pl.col("partition") == partition)
+    con.register("_usage", usage.to_arrow())
+    return con.sql(
+        """
+        SELECT CAST(pow(2, ceil(log2(greatest(num_nodes, 1)))) AS INTEGER) AS nodes,
+               count(*) AS jobs,
+               sum(gpu_hours) AS gpu_hours,
+               sum(mean_util * gpu_hours) / nullif(sum(gpu_hours), 0) AS weighted_util,
+               avg(mean_util) AS mean_job_util,
+               quantile_cont(mean_util, 0.1) AS p10_util,
+               quantile_cont(mean_util, 0.5) AS p50_util,
+               quantile_cont(mean_util, 0.9) AS p90_util,
+               sum(idle_gpu_hours) AS idle_gpu_hours
+        FROM _usage GROUP BY 1 ORDER BY 1
+        """
+    ).pl()
+
+
+def fairness(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> tuple[pl.DataFrame, float]:
+    """Per-user GPU-hour share against an equal share, queueing delay, and Jain's index.
+
+    Jain's index over per-user GPU-hours: 1 when every active user got the same, 1/n when
+    one user got everything.
+    """
+    params = _window(since, until, now)
+    users = con.sql(
+        """
+        WITH j AS (
+            SELECT user,
+                   num_gpus * epoch(least(coalesce(end_time, $now), $until)
+                                    - greatest(start_time, $since)) / 3600 AS gpu_hours,
+                   epoch(start_time - submit_time) / 3600 AS queue_h
+            FROM jobs
+            WHERE start_time IS NOT NULL
+              AND start_time < $until AND coalesce(end_time, $now) > $since
+        )
+        SELECT user, count(*) AS jobs, sum(gpu_hours) AS gpu_hours,
+               -- NULL, not NaN, when the window's jobs held no GPU time (CPU-only jobs)
+               sum(gpu_hours) / nullif(sum(sum(gpu_hours)) OVER (), 0) AS share,
+               1 / count(*) OVER () AS equal_share,
+               avg(queue_h) AS mean_queue_h,
+               quantile_cont(queue_h, 0.95) AS p95_queue_h
+        FROM j GROUP BY user ORDER BY gpu_hours DESC
+        """,
+        params=params,
+    ).pl()
+    return users, jain_index(users["gpu_hours"].to_list())
+
+
+def jain_index(values: list[float]) -> float:
+    """(sum x)^2 / (n * sum x^2); 1.0 for an empty or all-zero list."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return 1.0 if squares == 0 else total * total / (len(values) * squares)
+
+
+def idle_multinode_jobs(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    util_threshold: float = 0.05,
+    rdma_threshold: float = 1e9,
+    min_nodes: int = 2,
+    min_hours: float = 0.0,
+    running_only: bool = False,
+    now: datetime | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
+) -> pl.DataFrame:
+    """Jobs on >= `min_nodes` nodes, allocated for >= `min_hours`, whose mean GPU utilisation is
+    under the threshold, ranked by wasted GPU-hours (allocated GPU-hours x the unused share; ties
+    by numeric job id). `low_rdma` is NULL where the job's RDMA traffic is unknown.
+
+    `partial_data`: the job's coverage is under `needs.min_coverage`, so its figures rest on
+    part of its data and do not show it idle (a node never scraped reads as an idle one)."""
+    usage = job_usage(con, since, until, now, needs)
+    if running_only:
+        usage = usage.filter(pl.col("end_time").is_null())
+    return (
+        usage.filter(
+            (pl.col("num_nodes") >= min_nodes)
+            & (pl.col("run_s") >= min_hours * 3600)
+            & (pl.col("mean_util").fill_null(0.0) < util_threshold)
+        )
+        .with_columns(
+            wasted_gpu_hours=pl.col("gpu_hours") * (1 - pl.col("mean_util").fill_null(0.0)),
+            low_rdma=pl.col("rdma_bytes_per_node_hour") < rdma_threshold,
+            partial_data=pl.col("coverage").fill_null(0.0) < needs.min_coverage,
+        )
+        .sort(
+            pl.col("wasted_gpu_hours"),
+            pl.col("job_id").cast(pl.Int64, strict=False),
+            pl.col("job_id"),
+            descending=[True, False, False],
+            nulls_last=True,
+        )
+        .select(
+            "cluster",
+            "job_id",
+            "user",
+            "account",
+            "state",
+            "num_nodes",
+            "num_gpus",
+            "start_time",
+            "end_time",
+            "run_s",
+            "gpu_hours",
+            "mean_util",
+            "coverage",
+            "partial_data",
+            "wasted_gpu_hours",
+            "rdma_bytes_per_node_hour",
+            "low_rdma",
+            "nodes",
+        )
+    )
+
+
+def cluster_usage(
+    con: duckdb.DuckDBPyConnection,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    bucket: str = "day",
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Per time bucket: GPU assignment rate (allocated GPU-time / capacity) and utilisation
+    (mean over all GPUs of the cluster, busy or not).
+
+    Capacity is the GPU-time of the node versions in force during the bucket (a node added
+    mid-bucket counts from then; one with gpus = 0 counts nothing): NULL where no node version
+    covers any of the bucket. Allocations are NULL while the warehouse has no job record at all
+    (no job sync or import yet). The rate is NULL whenever either is unknown or capacity is 0,
+    never a guess."""
+    if bucket not in ("hour", "day", "week"):
+        raise ValueError("bucket must be hour, day or week")
+    params = _window(since, until, now)
+    step = {"hour": "1 hour", "day": "1 day", "week": "7 days"}[bucket]
+    return con.sql(
+        f"""
+        WITH versions AS ({NODE_VERSIONS_SQL}),
+        alloc AS (
+            SELECT date_trunc('{bucket}', b) AS bucket,
+                   sum(num_gpus * epoch(least(coalesce(end_time, $now), b + INTERVAL '{step}',
+                                              $until)
+                                        - greatest(start_time, b, $since))) AS gpu_s
+            FROM jobs,
+                 unnest(generate_series(date_trunc('{bucket}', greatest(start_time, $since)),
+                                        least(coalesce(end_time, $now), $until),
+                                        INTERVAL '{step}')) AS t(b)
+            WHERE start_time IS NOT NULL
+              AND start_time < $until AND coalesce(end_time, $now) > $since
+            GROUP BY 1
+        ),
+        used AS (
+            SELECT date_trunc('{bucket}', hour) AS bucket,
+                   sum(util_sum) / sum(samples) AS util,
+                   sum(assigned_samples) / sum(samples) AS sampled_assignment
+            -- hourly rollups: a window starting mid-hour takes that whole hour's samples
+            FROM gpu_hourly
+            WHERE hour >= date_trunc('hour', $since) AND hour < $until GROUP BY 1
+        ),
+        span AS (
+            SELECT bucket, greatest(bucket, $since) AS b_start,
+                   least(bucket + INTERVAL '{step}', $until, $now) AS b_end
+            FROM (SELECT bucket FROM alloc UNION SELECT bucket FROM used)
+        ),
+        capacity AS (
+            SELECT s.bucket,
+                   sum(v.gpus * epoch(least(v.valid_until, s.b_end)
+                                      - greatest(v.valid_from, s.b_start))) AS gpu_s
+            FROM span s JOIN versions v ON v.valid_from < s.b_end AND v.valid_until > s.b_start
+            GROUP BY 1
+        ),
+        rows AS (
+            SELECT s.bucket, epoch(s.b_end - s.b_start) / 3600 AS bucket_hours,
+                   CASE WHEN EXISTS (FROM jobs) THEN coalesce(a.gpu_s, 0) END AS alloc_s,
+                   c.gpu_s AS capacity_s, u.util, u.sampled_assignment
+            FROM span s LEFT JOIN alloc a USING (bucket) LEFT JOIN used u USING (bucket)
+            LEFT JOIN capacity c USING (bucket)
+            WHERE s.b_end > s.b_start
+        )
+        SELECT bucket, bucket_hours, alloc_s / 3600 AS allocated_gpu_hours,
+               capacity_s / 3600 AS capacity_gpu_hours,
+               -- above 1 only where capacity is known for part of the bucket: capped (least()
+               -- alone would turn an unknown NULL into 1)
+               CASE WHEN capacity_s > 0 AND alloc_s IS NOT NULL
+                    THEN least(alloc_s / capacity_s, 1) END AS assignment_rate,
+               util, sampled_assignment
+        FROM rows
+        ORDER BY bucket
+        """,
+        params=params,
+    ).pl()

@@ -1,0 +1,519 @@
+"""Delta Lake tables on local disk: the only module that talks to deltalake (delta-rs).
+
+Why sing writes its own data files: delta-rs 1.6 never fsyncs. So sing writes each Parquet file
+itself (fsync, rename, fsync of the directory), commits the files with one
+`create_write_transaction`, then fsyncs the new log entry and `_delta_log/`. A log entry thus
+only ever points at durable data, and once a commit returns, it and every commit before it
+survive a power loss. Merges (record upserts) are written by delta-rs; their files and log entry
+are fsynced right after the commit, before `append` returns, under the table's lock.
+
+Checkpoints and log clean-up are never left to commit hooks (`NO_HOOKS`): maintenance writes
+them after fsync, so a checkpoint never summarises entries that could still be lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Field, PostCommitHookProperties
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction
+
+from sing.digits import ascii_digits
+from sing.warehouse import files
+
+# Old log entries go once a checkpoint covers them and they are a day old; removed data files
+# are deleted by vacuum an hour after their removal (longer than any reader's query).
+CONFIG = {
+    "delta.logRetentionDuration": "interval 1 days",
+    "delta.deletedFileRetentionDuration": "interval 1 hours",
+    "delta.enableExpiredLogCleanup": "false",
+    "delta.checkpointInterval": "10",  # for outside writers; sing checkpoints in maintenance
+}
+NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+DAY = "day"
+DATA_PREFIX = "part-"
+TMP_SUFFIX = ".tmp"
+MERGE_ATTEMPTS = 5  # a merge that loses a race with another machine is retried this often
+
+_tables: dict[Path, DeltaTable] = {}
+_synced: dict[Path, int] = {}  # per table: every log entry up to this version is fsynced
+_loaded_from: dict[Path, int] = {}  # per table: the checkpoint its cached object was loaded from
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """One data file of the table's current snapshot."""
+
+    path: Path  # absolute
+    relative: str  # as the log names it
+    day: date | None
+    size: int
+    rows: int
+    max_time: object  # the time column's maximum from the file's stats, if any
+    stem: str  # the file name without `.parquet`: what rollup files name their raw file by
+
+
+# ---- crash points for tests ----------------------------------------------------------------
+
+_CRASH_AT = os.environ.get("SING_TEST_CRASH_AT", "")
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """SIGKILL this process at the n-th `step` when SING_TEST_CRASH_AT=step:n (tests only)."""
+    if not _CRASH_AT:
+        return
+    name, _, nth = _CRASH_AT.partition(":")
+    if name != step:
+        return
+    _crash_counts[step] = _crash_counts.get(step, 0) + 1
+    if _crash_counts[step] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---- opening -------------------------------------------------------------------------------
+
+
+def open_table(path: Path, refresh: bool = True) -> DeltaTable | None:
+    """The table at `path` (cached per process), or None if none yet; at its newest version
+    unless `refresh` is off, which a blind append can afford (it conflicts with nothing).
+
+    The cached object is replaced by a fresh one whenever a newer checkpoint exists: a
+    `DeltaTable` kept up to date by `update_incremental` alone gets slower with every update
+    (after a year of daily files and 365 updates, 65 ms per commit and per update, against
+    10 and 4 ms for a fresh object), while a fresh one loads the checkpoint and a few entries."""
+    checkpoint = last_checkpoint(path / "_delta_log")
+    dt = _tables.get(path)
+    if dt is None or _loaded_from.get(path, -1) < checkpoint:
+        if not DeltaTable.is_deltatable(str(path)):
+            return None
+        dt = _tables[path] = DeltaTable(str(path))
+        _loaded_from[path] = checkpoint
+        _synced.setdefault(path, dt.version())
+    elif refresh:
+        dt.update_incremental()
+    return dt
+
+
+def ensure_table(
+    path: Path, schema: pa.Schema, partition_by: list[str], refresh: bool = True
+) -> DeltaTable:
+    """Open the table, creating it empty first if it does not exist, with any column that
+    `schema` has and the table lacks added (see `add_new_columns`)."""
+    dt = open_table(path, refresh)
+    if dt is not None:
+        add_new_columns(dt, schema)
+        return dt
+    try:
+        DeltaTable.create(
+            str(path),
+            schema,
+            mode="ignore",
+            partition_by=partition_by or None,
+            configuration=CONFIG,
+            post_commithook_properties=NO_HOOKS,
+        )
+    except Exception:  # another process created it meanwhile
+        if not DeltaTable.is_deltatable(str(path)):
+            raise
+    _synced[path] = -1
+    dt = open_table(path)
+    assert dt is not None
+    sync_log(dt)
+    return dt
+
+
+def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
+    """Give the table the columns sing's schema gained since it was created. Adding a column
+    needs no upgrade step (sing/warehouse/migrations.py), but a merge keeps only the columns of the
+    table's Delta schema, and a Delta reader (Spark, Trino) sees only those; so the first write
+    adds them, all nullable. Another writer adding them first is a conflict: refresh, recheck."""
+    for attempt in range(1, MERGE_ATTEMPTS + 1):
+        have = {field.name for field in dt.schema().fields}
+        new = [field for field in schema if field.name not in have]
+        if not new:
+            return
+        try:
+            dt.alter.add_columns(
+                [Field.from_arrow(field.with_nullable(True)) for field in new],
+                post_commithook_properties=NO_HOOKS,
+            )
+        except (CommitFailedError, DeltaError):
+            if attempt == MERGE_ATTEMPTS:
+                raise  # not a race another writer won: the error itself says what
+            dt.update_incremental()
+            continue
+        sync_log(dt)
+        return
+
+
+def table_schema(schema: pa.Schema, partitioned: bool) -> pa.Schema:
+    """The Delta schema: the table's columns, plus `day` for tables partitioned by day."""
+    return schema.append(pa.field(DAY, pa.date32())) if partitioned else schema
+
+
+# ---- writing data files ----------------------------------------------------------------------
+
+
+def write_files(
+    table_dir: Path, parts: list[tuple[date | None, pa.Table]], time_column: str | None
+) -> list[AddAction]:
+    """Write each (day, rows) part as durable Parquet files; big parts in parallel threads."""
+    jobs = []
+    for day, part in parts:
+        pieces = max(1, min(files.WRITER_THREADS, part.num_rows // files.PARALLEL_WRITE_ROWS))
+        size = -(-part.num_rows // pieces)
+        jobs += [(day, part.slice(i * size, size)) for i in range(pieces)]
+    if len(jobs) == 1 or all(p.num_rows < files.PARALLEL_WRITE_ROWS for _, p in jobs):
+        return [write_file(table_dir, day, part, time_column) for day, part in jobs]
+    with ThreadPoolExecutor(files.WRITER_THREADS) as pool:
+        return list(pool.map(lambda j: write_file(table_dir, j[0], j[1], time_column), jobs))
+
+
+def write_file(
+    table_dir: Path, day: date | None, rows: pa.Table, time_column: str | None
+) -> AddAction:
+    """One Parquet file, durable under its final name before anything refers to it."""
+    tmp = temporary_path(table_dir, day)
+    files.write_parquet(rows, tmp)
+    return publish(table_dir, day, tmp, time_column)
+
+
+def temporary_path(table_dir: Path, day: date | None) -> Path:
+    directory = table_dir / f"{DAY}={day.isoformat()}" if day else table_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f".{DATA_PREFIX}{uuid.uuid4().hex}{TMP_SUFFIX}"
+
+
+def publish(
+    table_dir: Path, day: date | None, tmp: Path, time_column: str | None, name: str | None = None
+) -> AddAction:
+    """Rename a finished temporary file to its final name, then fsync it and its directory.
+
+    Renaming first lets one journal commit carry both the data and the new name (ext4 commits
+    both on the file's fsync, so the directory's fsync finds little left to do). A file whose
+    name is in place but whose data was lost to a power cut is harmless: no log entry names it
+    yet, and vacuum deletes such orphans."""
+    crash_point("data-written")
+    final = tmp.with_name(name or tmp.name[1:].removesuffix(TMP_SUFFIX) + ".parquet")
+    os.replace(tmp, final)
+    crash_point("data-renamed")
+    files.fsync_path(final)
+    crash_point("data-fsynced")
+    files.fsync_path(final.parent)
+    return add_action(table_dir, final, day, time_column)
+
+
+def add_action(table_dir: Path, path: Path, day: date | None, time_column: str | None) -> AddAction:
+    """The log's record of a file: size, partition, and stats (row count, time range)."""
+    meta = pq.read_metadata(path)
+    stats: dict = {"numRecords": meta.num_rows}
+    if time_column and meta.num_rows:
+        index = meta.schema.to_arrow_schema().get_field_index(time_column)
+        if index >= 0:
+            ranges = [
+                meta.row_group(i).column(index).statistics for i in range(meta.num_row_groups)
+            ]
+            if all(s is not None and s.has_min_max for s in ranges):
+                fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+                stats["minValues"] = {time_column: min(s.min for s in ranges).strftime(fmt)}
+                stats["maxValues"] = {time_column: max(s.max for s in ranges).strftime(fmt)}
+    return AddAction(
+        path=path.relative_to(table_dir).as_posix(),
+        size=path.stat().st_size,
+        partition_values={DAY: day.isoformat()} if day else {},
+        modification_time=now_ms(),
+        data_change=True,
+        stats=json.dumps(stats),
+    )
+
+
+def now_ms() -> int:
+    """The clock of add and remove actions. A removed file is deleted by vacuum once its
+    removal is older than the grace period, so a test shifts this clock to shorten the grace
+    below Delta's whole hours."""
+    return int(time.time() * 1000)
+
+
+def remove_action(f: LiveFile, data_change: bool = True) -> RemoveAction:
+    return RemoveAction(
+        f.relative,
+        data_change,
+        now_ms(),
+        f.size,
+        {DAY: f.day.isoformat()} if f.day else {},
+    )
+
+
+# ---- committing --------------------------------------------------------------------------------
+
+
+def commit(dt: DeltaTable, actions: list[AddAction | RemoveAction], op: str, **meta: object) -> int:
+    """Commit actions on files already durable; returns once the log entry is durable too."""
+    dt.create_write_transaction(
+        actions,
+        mode="append",
+        schema=dt.schema(),
+        partition_by=dt.metadata().partition_columns or None,
+        commit_properties=CommitProperties(custom_metadata={"sing.op": op} | meta),
+        post_commithook_properties=NO_HOOKS,
+    )
+    crash_point("committed")
+    return sync_log(dt)
+
+
+def merge(dt: DeltaTable, batch: pa.Table, key: tuple[str, ...]) -> int:
+    """Upsert `batch` (one row per key): a newer `recorded_at` replaces the stored row.
+
+    The caller holds the table's lock, so on one machine no other commit can come between the
+    refresh and the merge, and the only commit that can be not yet durable is this one; it is
+    made durable (its new files, then its log entry) before this returns. A writer on another
+    machine (shared storage) can still win the race: delta-rs then refuses the merge as a
+    conflict, and it is retried on the newer snapshot."""
+    predicate = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in key)
+    for attempt in range(1, MERGE_ATTEMPTS + 1):
+        dt.update_incremental()
+        before = dt.version()
+        try:
+            (
+                dt.merge(
+                    batch,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=CommitProperties(custom_metadata={"sing.op": "upsert"}),
+                    post_commithook_properties=NO_HOOKS,
+                )
+                .when_matched_update_all(predicate="s.recorded_at > t.recorded_at")
+                .when_not_matched_insert_all()
+                .execute()
+            )
+            break
+        except CommitFailedError:
+            if attempt == MERGE_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
+    crash_point("merge-committed")
+    sync_added_files(dt, before)
+    return sync_log(dt)
+
+
+def sync_added_files(dt: DeltaTable, after: int) -> None:
+    """fsync the data files that delta-rs added in the versions after `after`."""
+    root = Path(dt.table_uri.removeprefix("file://"))
+    directories = set()
+    for version in range(after + 1, dt.version() + 1):
+        for line in log_entry(root, version).read_text().splitlines():
+            added = json.loads(line).get("add")
+            if added:
+                path = root / added["path"]
+                files.fsync_path(path)
+                directories.add(path.parent)
+    for directory in directories:
+        files.fsync_path(directory)
+
+
+def sync_log(dt: DeltaTable) -> int:
+    """Move `dt` to the newest version and fsync every log entry not yet known durable."""
+    dt.update_incremental()
+    root = Path(dt.table_uri.removeprefix("file://"))
+    version = dt.version()
+    first = _synced.get(root, -1) + 1
+    for v in range(first, version + 1):
+        files.fsync_path(log_entry(root, v))
+    if first <= version:
+        files.fsync_path(root / "_delta_log")
+    _synced[root] = max(_synced.get(root, -1), version)
+    crash_point("log-synced")
+    return version
+
+
+def log_entry(root: Path, version: int) -> Path:
+    return root / "_delta_log" / f"{version:020d}.json"
+
+
+# ---- reading the snapshot ------------------------------------------------------------------------
+
+
+def live_files(dt: DeltaTable, time_column: str | None = None) -> list[LiveFile]:
+    """The data files of the snapshot `dt` holds, with partition day and stats."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    root = Path(dt.table_uri.removeprefix("file://"))
+    column = actions.column
+    days = (
+        column(f"partition.{DAY}").to_pylist()
+        if f"partition.{DAY}" in actions.column_names
+        else None
+    )
+    maxima = (
+        column(f"max.{time_column}").to_pylist()
+        if time_column and f"max.{time_column}" in actions.column_names
+        else None
+    )
+    out = []
+    for i, relative in enumerate(column("path").to_pylist()):
+        day = days[i] if days else None
+        out.append(
+            LiveFile(
+                path=root / relative,
+                relative=relative,
+                day=date.fromisoformat(str(day)) if day is not None else None,
+                size=column("size_bytes")[i].as_py(),
+                rows=column("num_records")[i].as_py() or 0,
+                max_time=maxima[i] if maxima else None,
+                stem=relative.rsplit("/", 1)[-1].removesuffix(".parquet"),
+            )
+        )
+    return sorted(out, key=lambda f: (f.day or date.min, f.relative))
+
+
+# ---- recovery after a power loss ----------------------------------------------------------------
+
+
+def repair_tail(table_dir: Path, quarantine: Path) -> list[Path]:
+    """Move a torn tail of the log (left by a power loss) to `quarantine`; returns what moved.
+
+    Every commit that returned was fsynced with all before it, so only a tail of commits that
+    never returned can be torn: an entry that does not parse, or that adds a file missing or
+    shorter than the log says (a merge's data not yet on disk). From the first such entry on,
+    every entry goes; none of them was acknowledged. On a running system nothing is torn
+    (delta-rs publishes each entry whole, and data precedes its entry), so this only reads."""
+    log_dir = table_dir / "_delta_log"
+    first = _sound_checkpoint(log_dir) + 1
+    entries = sorted(
+        p for p in log_dir.glob("*.json") if ascii_digits(p.stem) and int(p.stem) >= first
+    )
+    parsed: list[list[dict] | None] = []
+    for entry in entries:
+        try:
+            parsed.append([json.loads(line) for line in entry.read_text().splitlines() if line])
+        except ValueError:
+            parsed.append(None)
+    removed_later = {
+        a["remove"]["path"] for actions in parsed if actions for a in actions if "remove" in a
+    }
+    torn = next((i for i, a in enumerate(parsed) if _torn(table_dir, a, removed_later)), None)
+    if torn is None:
+        return []
+    quarantine.mkdir(parents=True, exist_ok=True)
+    moved = [quarantine / entry.name for entry in entries[torn:]]
+    for entry, target in zip(entries[torn:], moved, strict=True):
+        os.replace(entry, target)
+    files.fsync_path(log_dir)
+    _tables.pop(table_dir, None)
+    _synced.pop(table_dir, None)
+    return moved
+
+
+def _sound_checkpoint(log_dir: Path) -> int:
+    """The version of the last checkpoint, or -1. Torn checkpoints are deleted with the pointer
+    to them; the json entries they summarised are still there (`checkpoint` drops old entries
+    only after the checkpoint is durable)."""
+    last = log_dir / "_last_checkpoint"
+    try:
+        version = json.loads(last.read_text())["version"]
+        for part in log_dir.glob(f"{version:020d}.checkpoint*.parquet"):
+            pq.read_metadata(part)
+        return version
+    except FileNotFoundError:
+        return -1
+    except (ValueError, KeyError, OSError, pa.ArrowInvalid):
+        for part in log_dir.glob("*.checkpoint*.parquet"):
+            try:
+                pq.read_metadata(part)
+            except (OSError, pa.ArrowInvalid):
+                part.unlink()
+        last.unlink()
+        files.fsync_path(log_dir)
+        return -1
+
+
+def _torn(table_dir: Path, actions: list[dict] | None, removed_later: set[str]) -> bool:
+    if not actions:
+        return True
+    return any(
+        "add" in a and a["add"]["path"] not in removed_later and not _whole(table_dir, a["add"])
+        for a in actions
+    )
+
+
+def _whole(table_dir: Path, add: dict) -> bool:
+    try:
+        return (table_dir / add["path"]).stat().st_size == add["size"]
+    except FileNotFoundError:
+        return False
+
+
+# ---- maintenance of the log and of removed files -----------------------------------------------
+
+
+def checkpoint(dt: DeltaTable) -> None:
+    """Write a checkpoint of the durable log, then drop json entries it made redundant."""
+    root = Path(dt.table_uri.removeprefix("file://"))
+    sync_log(dt)
+    dt.create_checkpoint()
+    for path in (root / "_delta_log").glob(f"{dt.version():020d}.checkpoint*.parquet"):
+        files.fsync_path(path)
+    files.fsync_path(root / "_delta_log" / "_last_checkpoint")
+    files.fsync_path(root / "_delta_log")
+    crash_point("checkpoint-written")
+    dt.cleanup_metadata()
+
+
+def versions_since_checkpoint(dt: DeltaTable) -> int:
+    """Commits after the last checkpoint, counted on disk (other writers' too, without
+    refreshing `dt`)."""
+    root = Path(dt.table_uri.removeprefix("file://"))
+    done = last_checkpoint(root / "_delta_log")
+    newest = max(dt.version(), done)
+    while log_entry(root, newest + 1).exists():
+        newest += 1
+    return newest - done
+
+
+def last_checkpoint(log_dir: Path) -> int:
+    """The version of the newest checkpoint (from `_last_checkpoint`), or -1."""
+    try:
+        return json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return -1
+
+
+def vacuum(dt: DeltaTable, grace_hours: int) -> list[str]:
+    """Delete files removed more than `grace_hours` ago and files no version refers to (left
+    by writers killed between rename and commit)."""
+    before = dt.version()
+    deleted = dt.vacuum(
+        retention_hours=grace_hours,
+        dry_run=False,
+        enforce_retention_duration=False,
+        full=True,
+        post_commithook_properties=NO_HOOKS,
+    )
+    sync_added_files(dt, before)
+    sync_log(dt)
+    crash_point("vacuumed")
+    return deleted
+
+
+@atexit.register
+def _drop_tables() -> None:
+    """delta-rs can abort the interpreter at exit ("terminate called without an active
+    exception") if a table that ran a merge is still alive then; drop them all first."""
+    _tables.clear()
+    gc.collect()

@@ -1,0 +1,301 @@
+"""`sing job JOB_ID`: one job's efficiency on one screen, with plain-language notes.
+
+The notes are data (`job_notes.toml`, or the file named by [thresholds] notes_file): a SQL
+condition over the job's figures and a message template, so admins change wording and
+thresholds without touching code. A condition is only arithmetic and comparisons of figures,
+thresholds and literals (checked before it runs): no functions, subqueries or statements, so a
+notes file cannot read or write files through DuckDB.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Collection
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from sing.config import Thresholds
+from sing.errors import UserError
+from sing.tables import scaled_bytes
+from sing.warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL
+from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
+from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
+
+DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
+GIB = 2**30
+
+
+def load_notes(path: Path | None) -> list[dict[str, str]]:
+    path = path or DEFAULT_NOTES
+    try:
+        notes = tomllib.loads(path.read_text()).get("note", [])
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"job notes file {path}: {err}") from err
+    probe = _Blank({name: 0.5 for name in _FIGURE_NAMES})
+    for n, note in enumerate(notes, start=1):
+        if set(note) != {"when", "say"}:
+            raise UserError(f"{path}: note {n} needs exactly the keys 'when' and 'say'")
+        try:
+            note["say"].format_map(probe)
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            raise UserError(
+                f"{path}: note {n}: message {note['say']!r} is not valid: {err}"
+            ) from err
+    return notes
+
+
+def job_report(
+    con: duckdb.DuckDBPyConnection,
+    job_id: str,
+    thresholds: Thresholds,
+    notes: list[dict[str, str]],
+    now: datetime | None = None,
+    cluster: str | None = None,
+    needs: CoverageNeeds = DEFAULT_NEEDS,
+) -> dict[str, Any]:
+    """Everything `sing job` shows: the job's figures with their coverage (sampled every
+    `needs.interval_s`), per-GPU and per-node rows, notes; under `needs.min_coverage` the first
+    note says the figures rest on part of the job's data.
+
+    Job ids repeat across clusters: `cluster` picks one; without it an id found in several
+    clusters is an error naming them."""
+    now = now or datetime.now(UTC)
+    cluster = _job_cluster(con, job_id, cluster)
+    params = {
+        "since": datetime(1970, 1, 1, tzinfo=UTC),
+        "until": now,
+        "now": now,
+        "idle_sample": IDLE_SAMPLE_UTIL,
+        "cluster": cluster,
+        "job_id": job_id,
+        "interval_s": needs.interval_s,
+    }
+    rows = con.sql(
+        f"SELECT * FROM ({JOB_COVERAGE_SQL}) WHERE cluster = $cluster AND job_id = $job_id",
+        params=params,
+    ).pl()
+    if rows.is_empty():
+        state = con.execute(
+            "SELECT state FROM jobs WHERE cluster = ? AND job_id = ?", [cluster, job_id]
+        ).fetchone()
+        raise UserError(f"job {job_id} has not started (state {state[0]})")
+    job = rows.row(0, named=True)
+    key = {"cluster": cluster, "job_id": job_id}
+    job["per_gpu"] = (
+        con.sql(
+            f"""
+        SELECT node, gpu_index, util_sum / samples AS mean_util, util_max AS max_util,
+               sm_sum / nullif(sm_samples, 0) AS mean_sm_active,
+               mem_peak_bytes AS peak_mem_bytes, mem_total_bytes AS gpu_mem_bytes, energy_j
+        FROM ({JOB_GPU_SQL}) WHERE cluster = $cluster AND job_id = $job_id
+        ORDER BY node, gpu_index
+        """,
+            params=key,
+        )
+        .pl()
+        .to_dicts()
+    )
+    job["per_node_rdma"] = (
+        con.sql(
+            f"""
+        SELECT node, tx_bytes, rx_bytes
+        FROM ({JOB_RDMA_SQL}) WHERE cluster = $cluster AND job_id = $job_id ORDER BY node
+        """,
+            params=key,
+        )
+        .pl()
+        .to_dicts()
+    )
+    partial = partial_data_note(job["coverage"], needs)
+    job["notes"] = ([partial] if partial else []) + evaluate_notes(con, job, thresholds, notes)
+    return job
+
+
+def _job_cluster(con: duckdb.DuckDBPyConnection, job_id: str, cluster: str | None) -> str:
+    """The cluster of the job `job_id`, checked to exist (and to be the only one)."""
+    found = [
+        row[0]
+        for row in con.execute(
+            "SELECT DISTINCT cluster FROM jobs WHERE job_id = ? AND (? IS NULL OR cluster = ?) "
+            "ORDER BY cluster",
+            [job_id, cluster, cluster],
+        ).fetchall()
+    ]
+    if not found:
+        where = f" of cluster {cluster}" if cluster else ""
+        raise UserError(f"no job {job_id}{where} in the warehouse")
+    if len(found) > 1:
+        raise UserError(
+            f"job {job_id} is in several clusters ({', '.join(found)}): name one with --cluster"
+        )
+    return found[0]
+
+
+def evaluate_notes(
+    con: duckdb.DuckDBPyConnection,
+    job: dict[str, Any],
+    thresholds: Thresholds,
+    notes: list[dict[str, str]],
+) -> list[str]:
+    figures = {**_derived(job), **asdict(thresholds)}
+    figures = {k: v for k, v in figures.items() if isinstance(v, int | float | str) or v is None}
+    names = list(figures)
+    select = ", ".join(f"${n} AS {n}" for n in names)
+    said = []
+    for note in notes:
+        _check_condition(note["when"], names)
+        try:
+            hit = con.execute(
+                f"SELECT coalesce(({note['when']}), false) FROM (SELECT {select})", figures
+            ).fetchone()[0]
+        except duckdb.Error as err:
+            raise UserError(f"job note condition {note['when']!r} is not valid SQL: {err}") from err
+        if hit:
+            said.append(note["say"].format_map(_Blank(figures)))
+    return said
+
+
+# A condition's tokens: names, numbers, 'text' literals, comparison and arithmetic operators.
+_TOKEN = re.compile(
+    r"\s*(?:(?P<name>[A-Za-z_]\w*)|(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|'[^']*'|<=|>=|<>|!=|[<>=+\-*/%()])"
+)
+_KEYWORDS = frozenset({"and", "or", "not", "is", "null", "true", "false", "between"})
+
+
+def _check_condition(when: str, names: Collection[str]) -> None:
+    """Refuse a condition that is more than figures, literals and operators."""
+    pos, end = 0, len(when.rstrip())
+    while pos < end:
+        token = _TOKEN.match(when, pos)
+        if not token:
+            bad = when[pos:].strip()[:20]
+            raise UserError(
+                f"job note condition {when!r}: {bad!r} is not allowed "
+                "(figures, numbers, 'text', comparisons, arithmetic, AND/OR/NOT)"
+            )
+        name = token.group("name")
+        if name and name.lower() not in _KEYWORDS and name not in names:
+            raise UserError(f"job note condition {when!r}: {name!r} is not a figure or threshold")
+        pos = token.end()
+
+
+def _derived(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's figures plus friendlier units; unknown figures stay NULL (no note fires: an
+    unknown RDMA total is not evidence of a job that does not talk)."""
+    out = dict(job)
+    rdma = job.get("rdma_bytes_per_node_hour")
+    out["rdma_gb_per_node_hour"] = None if rdma is None else rdma / 1e9
+    out["peak_mem_gib"] = (job.get("peak_mem_bytes") or 0) / GIB
+    out["gpu_mem_gib"] = (job.get("gpu_mem_bytes") or 0) / GIB
+    return out
+
+
+# Names a note's message may use (checked when the notes file is loaded).
+_FIGURE_NAMES = (
+    "job_id",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "num_nodes",
+    "num_gpus",
+    "gpu_hours",
+    "mean_util",
+    "mean_sm_active",
+    "idle_share",
+    "idle_gpu_hours",
+    "gpus_never_used",
+    "gpus_sampled",
+    "coverage",
+    "peak_mem_bytes",
+    "gpu_mem_bytes",
+    "energy_j",
+    "rdma_bytes_per_node_hour",
+    "rdma_gb_per_node_hour",
+    "peak_mem_gib",
+    "gpu_mem_gib",
+    "run_s",
+    "queue_s",
+)
+
+
+class _Blank(dict):
+    """format_map helper: a name a note uses but the job lacks prints as '?'."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def render(job: dict[str, Any]) -> str:
+    """The human screen of `sing job`."""
+    run_h = (job["run_s"] or 0) / 3600
+    lines = [
+        f"Job {job['job_id']}  user {job['user']}  account {job['account']}  "
+        f"partition {job['partition']}",
+        f"State {job['state']}  exit code {_na(job['exit_code'])}  "
+        f"{job['num_nodes']} node(s), {job['num_gpus']} GPU(s)  run time {run_h:.2f} h  "
+        f"queued {(job['queue_s'] or 0) / 3600:.2f} h  "
+        f"time limit {_limit(job.get('time_limit_s'))}",
+        f"Nodes: {', '.join(job['nodes'] or [])}",
+        "",
+        f"GPU-hours allocated {job['gpu_hours']:.1f}   idle GPU-hours "
+        f"{job['idle_gpu_hours'] or 0:.1f}   energy {_amount(job['energy_j'], 3.6e6, 'kWh')}",
+        f"GPU utilization  {_bar(job['mean_util'])}{_beside(coverage_words(job['coverage']))}"
+        f"  SM activity  {_bar(job['mean_sm_active'])}",
+        f"Peak GPU memory  {_memory(job['peak_mem_bytes'], job['gpu_mem_bytes'])}",
+        "",
+        "Per GPU:",
+    ]
+    for g in job["per_gpu"]:
+        lines.append(
+            f"  {g['node']}:{g['gpu_index']}  util {_bar(g['mean_util'])}  "
+            f"mem {_memory(g['peak_mem_bytes'], g['gpu_mem_bytes'])}"
+        )
+    if job["per_node_rdma"]:
+        lines.append("RDMA per node:")
+        for r in job["per_node_rdma"]:
+            lines.append(
+                f"  {r['node']}  sent {scaled_bytes(r['tx_bytes'])}  "
+                f"received {scaled_bytes(r['rx_bytes'])}"
+            )
+    if job["notes"]:
+        lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
+    return "\n".join(lines)
+
+
+def _bar(ratio: float | None, width: int = 20) -> str:
+    if ratio is None:
+        return "[" + " " * width + "]  n/a"
+    filled = round(max(0.0, min(1.0, ratio)) * width)
+    return "[" + "#" * filled + "." * (width - filled) + f"] {ratio:4.0%}"
+
+
+def _beside(words: str) -> str:
+    """`words` in parentheses after a figure, nothing when there are none."""
+    return f" ({words})" if words else ""
+
+
+def _amount(value: float | None, per_unit: float, unit: str) -> str:
+    """`value` in `unit` with two decimals, or "unknown" (a figure sing could not measure)."""
+    return "unknown" if value is None else f"{value / per_unit:.2f} {unit}"
+
+
+def _memory(peak: int | None, total: int | None) -> str:
+    """A GPU's peak memory beside its total, so a person sees how full it was."""
+    of = f" of {scaled_bytes(total, binary=True)}" if total else ""
+    return f"{scaled_bytes(peak, binary=True)}{of}"
+
+
+def _limit(seconds: int | None) -> str:
+    """The job's time limit in hours; Slurm's UNLIMITED (or a source without one) is "none"."""
+    return "none" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def _na(value: object) -> str:
+    return "n/a" if value is None else str(value)
