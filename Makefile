@@ -16,6 +16,7 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -ra
 
 demo: $(STAMP)
@@ -26,6 +27,7 @@ demo-reset: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check .
 
 format: $(STAMP)

@@ -5,7 +5,7 @@ and over the whole year); a month's statements of every account under 5 s togeth
 report statement --all` builds them (sing.accounting.statement, HTML included), for each month of
 the year (the slowest month against the target; the year's total is printed beside it).
 
-The history (seed 0, 365 days ending 2026-01-01) is generated once with sing.warehouse.synthetic and
+The history (seed 0, 365 days ending 2026-01-01) is generated once with sing.demo.synthetic and
 cached in /tmp/sing-bench-accounting-365d. It is sampled every 5 minutes instead of 15 s: the
 reports read the per-day and per-hour rollups, whose rows (per job, GPU and day; per GPU and
 hour) do not depend on the scrape interval, and a year at 15 s would take half an hour to write.

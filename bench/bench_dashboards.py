@@ -27,8 +27,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from sing.dashboards.access import PAGES
+from sing.demo.synthetic import generate
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import generate
 
 APP = str(Path(__file__).parents[1] / "sing" / "dashboards" / "app.py")
 CACHE = Path(os.environ.get("SING_BENCH_CACHE", "/tmp/sing-bench-cache"))

@@ -37,7 +37,7 @@ import pyarrow as pa
 from sing.collector.settings import CollectorSettings
 from sing.health.detect import detect_round
 from sing.health.settings import HealthSettings
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 NODES, GPUS = 16, 8

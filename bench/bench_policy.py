@@ -5,7 +5,7 @@ run) under 2 s, peak memory under 1 GB.
 
 The warehouse, made once and cached in /tmp/sing-bench-policy (30 min on the shared 2-core dev
 box under load; then a default run takes about 3 min, --quick under 1 min):
-- 365 days of history from sing.warehouse.synthetic on a small cluster (2 nodes x 8 GPUs: jobs,
+- 365 days of history from sing.demo.synthetic on a small cluster (2 nodes x 8 GPUs: jobs,
   samples, the closed days' rollups). A round opens only the `jobs` table, the sample days of
   its windows and the trail, so the history's size shows in the files the round must list,
   not in rows it reads.
@@ -52,10 +52,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sing.executors.records import JobRecord  # noqa: E402
-from sing.policy.audit import Event, record  # noqa: E402
 from sing.policy.engine import Engine  # noqa: E402
 from sing.policy.settings import PolicySettings  # noqa: E402
 from sing.warehouse import synthetic  # noqa: E402
+from sing.warehouse.audit import Event, record  # noqa: E402
 from sing.warehouse.store import Warehouse  # noqa: E402
 
 NOW = datetime(2026, 1, 10, 6, 0, tzinfo=UTC)  # every round's "now": the data's end

@@ -53,7 +53,7 @@ def ensure_history(
 ) -> dict:
     """The cached warehouse of `days` ending at `end`, sampled every `sample_s`; regenerated when
     missing, half-written, or made by another version of the generator or another interval (the
-    marker records a hash of sing/warehouse/synthetic.py and the interval)."""
+    marker records a hash of sing/demo/synthetic.py and the interval)."""
     marker = cache / ".bench-complete"
     version = hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
     version += "" if sample_s == synthetic.SAMPLE_S else f"-every-{sample_s}s"

@@ -16,7 +16,7 @@ measurement runs in its own child process with that checkout or this one first o
   every 20), each day stamped as that many days ago; the log's files and bytes over the year.
   It understates the log by the tombstones of the last real hour (12 compactions of at most 16
   files);
-- history: a synthetic warehouse of DAYS days (`sing.warehouse.synthetic`, 2 nodes x 8 GPUs),
+- history: a synthetic warehouse of DAYS days (`sing.demo.synthetic`, 2 nodes x 8 GPUs),
   compacted, then snapshot open (`Warehouse(root).connect()`) and the job and cluster reports
   over all of it, medians of 5 warm runs.
 
@@ -198,7 +198,8 @@ def phase_log(days: int, commits: int) -> dict:
 
 
 def phase_history(days: int, label: str) -> dict:
-    from sing.warehouse import analytics, synthetic
+    from sing.demo import synthetic
+    from sing.warehouse import analytics
     from sing.warehouse.store import Warehouse
 
     root = Path(tempfile.gettempdir()) / f"sing-bench-delta-{label}-{days}d"

@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sing.schema import table
 from sing.warehouse import delta, files
-from sing.warehouse.schema import table
 from sing.warehouse.store import Warehouse, conform, split_by_day
 
 GPUS_PER_NODE = 8

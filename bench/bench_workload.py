@@ -1,4 +1,4 @@
-"""Latency of the workload report (sing/warehouse/workload.py) over a year of jobs and over Philly.
+"""Latency of the workload report (sing/traces/workload.py) over a year of jobs and over Philly.
 
 Sources: the year-old warehouse of bench/bench_accounting.py (365 days of 16 x 8 GPUs, ~74 k
 jobs, cached in /tmp/sing-bench-accounting-365d; about 30 min to make the first time), and the

@@ -20,8 +20,8 @@ from sing.accounting.periods import period_window
 from sing.accounting.settings import AccountingSettings
 from sing.accounting.usage import snapshot, usage
 from sing.collector.counters import CounterDeltas
+from sing.demo import synthetic
 from sing.errors import UserError
-from sing.warehouse import synthetic
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 from sing.warehouse.store import Warehouse
 from tests.test_analytics import (

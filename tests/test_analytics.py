@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sing.schema import table
 from sing.warehouse import analytics, delta
-from sing.warehouse.schema import table
 from sing.warehouse.store import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]

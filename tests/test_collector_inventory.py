@@ -15,7 +15,7 @@ import pytest
 from sing.collector.convert import Hardware
 from sing.collector.inventory import Inventory, load_inventory
 from sing.executors.records import NodeRecord
-from sing.warehouse.schema import TABLES
+from sing.schema import TABLES
 from sing.warehouse.store import Warehouse
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     collector_once,

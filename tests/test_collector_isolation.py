@@ -25,8 +25,8 @@ from sing.collector.service import Collector
 from sing.collector.settings import CollectorSettings
 from sing.collector.targets import Target
 from sing.config import Config
+from sing.schema import TABLES
 from sing.warehouse import delta
-from sing.warehouse.schema import TABLES
 from sing.warehouse.store import Warehouse
 from tests.http_stub import serving
 from tests.test_collector_scrape import collector_once, file_sd_entry, write_config

@@ -21,7 +21,7 @@ from threading import Thread
 
 import pytest
 
-from sing.collector.cli import target_source
+from sing.cli.collector import target_source
 from sing.collector.client import ScrapeClient
 from sing.collector.scrape import scrape
 from sing.collector.settings import CollectorSettings

@@ -17,9 +17,9 @@ from streamlit.testing.v1 import AppTest
 from sing.config import Config, ConfigError
 from sing.dashboards import access
 from sing.dashboards.settings import DashboardSettings, RoleSettings
+from sing.demo.synthetic import generate
 from sing.executors.records import JobRecord, to_tables
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import generate
 from tests.dashboard_app import APP, metrics, open_app
 from tests.shared_data import PHILLY, require
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from sing.demo.synthetic import generate
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import generate
 from tests.debian import BROWSER_PACKAGES, ensure_packages
 from tests.ports import free_port
 

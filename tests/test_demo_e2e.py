@@ -24,10 +24,11 @@ import polars as pl
 import pytest
 
 from sing.config import Config
+from sing.demo import synthetic
 from sing.demo.health import Minute, scrape_minutes
 from sing.demo.run import children_of
-from sing.warehouse import analytics, synthetic
-from sing.warehouse.coverage import site_coverage
+from sing.policy.settings import site_coverage
+from sing.warehouse import analytics
 from sing.warehouse.store import Warehouse
 from tests.debian import BROWSER_PACKAGES, ensure_packages
 from tests.ports import free_port_block

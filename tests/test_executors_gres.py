@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from sing.cli.doctor import check_gpu_accounting
 from sing.config import Config
-from sing.doctor import check_gpu_accounting
 from sing.executors.base import CommandError
 from sing.executors.records import JobRecord
 from sing.executors.settings import ExecutorSettings

@@ -16,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 from sing.config import Config
 from sing.dashboards import access, cli
+from sing.demo.synthetic import generate
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import generate
 from tests.dashboard_app import APP, serving
 
 BANNER = "Demo mode: no sign-in, anyone may choose any role"

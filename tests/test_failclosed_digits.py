@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sing.cli.simulate import when
 from sing.config import Config, ConfigError
 from sing.errors import UserError
 from sing.health.settings import HealthSettings
-from sing.scheduler.cli import when
 from sing.times import parse_time_or_ago
 from sing.warehouse.legacy import DataFile
 

@@ -14,7 +14,7 @@ from sing.config import Config
 from sing.health.detect import detect_round, detection_job
 from sing.health.incidents import list_incidents
 from sing.health.settings import HealthSettings
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 MIN = timedelta(minutes=1)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sing.policy.audit import ACTION, Event, record
 from sing.policy.breaker import RESUMED, TRIPPED, Breaker
 from sing.policy.settings import PolicySettings
-from sing.warehouse.schema import TABLES
+from sing.schema import TABLES
+from sing.warehouse.audit import ACTION, Event, record
 from sing.warehouse.store import Warehouse
 from tests.mailbox import webhook_server
 from tests.real_path.site import SING

@@ -18,7 +18,7 @@ import pytest
 
 from sing.config import Config
 from sing.executors.base import NodeState
-from sing.health import drain
+from sing.policy import drain
 from sing.warehouse.store import Warehouse
 from tests.test_health_drain_slurm import drains, sing, warehouse_at, write_config
 

@@ -21,8 +21,8 @@ import pytest
 from sing.config import Config, ConfigError
 from sing.executors.settings import ExecutorSettings
 from sing.executors.slurm import SlurmExecutor
-from sing.health.drain import candidates, command, reason_text
 from sing.health.settings import HealthSettings
+from sing.policy.drain import candidates, command, reason_text
 from sing.warehouse.store import Warehouse
 from tests.real_path.site import SING
 from tests.slurm_harness import SlurmCluster, running, scratch
@@ -217,7 +217,7 @@ def test_with_permission_the_node_over_a_limit_is_drained(
             "sing health: row_remap_failed=1 on gpu 2 (limit 1), xid_79=+1 on gpu 5 (limit 1)"
         )
         assert states["gpu-2"][0] == "idle"  # under every limit
-        # what reconciliation reads back (sing.health.drain.reconcile) from this real Slurm
+        # what reconciliation reads back (sing.policy.drain.reconcile) from this real Slurm
         with pytest.MonkeyPatch.context() as patch:
             for key, value in slurm.env.items():
                 patch.setenv(key, value)

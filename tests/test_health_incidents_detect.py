@@ -17,7 +17,7 @@ from sing.config import Config
 from sing.health.detect import detect_round, detection_job
 from sing.health.incidents import close_incident, list_incidents
 from sing.health.settings import HealthSettings
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 from tests.policy_world import add_job
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from sing.executors.records import JobRecord, to_tables
-from sing.policy.audit import ACTION, Event, record
+from sing.warehouse.audit import ACTION, Event, record
 from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app, serving
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sing.cli import main
+from sing.cli.policy import policy_job
 from sing.config import Config, ConfigError
-from sing.policy.cli import policy_job
 from sing.policy.rules import load_rules
 from sing.policy.settings import PolicySettings
 from sing.times import parse_time_or_ago

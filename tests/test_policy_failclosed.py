@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from sing.cli import main
+from sing.cli.policy import policy_job
 from sing.config import Config
 from sing.errors import UserError
 from sing.executors.base import TIMEOUT, CommandError
 from sing.executors.local import LocalExecutor
 from sing.policy import breaker
 from sing.policy.breaker import TRIPPED
-from sing.policy.cli import policy_job
 from sing.policy.engine import round_lock
 from sing.policy.messages import NO_CHANNEL, Delivery, Message
 from sing.warehouse.store import Warehouse

@@ -13,7 +13,7 @@ import pytest
 
 from sing.executors.local import LocalExecutor
 from sing.executors.profile import JobProfile
-from sing.policy.audit import events
+from sing.warehouse.audit import events
 from sing.warehouse.store import Warehouse
 from tests.policy_world import RecordingPostman, add_job, add_samples, engine, settings
 

@@ -1,8 +1,8 @@
 """The waste policies on the dashboards, through Streamlit's AppTest: the admin page's pending
 warnings, actions, messages and failures, and the warning banners users see on their own jobs.
 
-The warehouse is written with `Warehouse.append` (jobs) and `sing.policy.audit.record` (the trail),
-the way the collector and the policy engine write them; each job below plays one case.
+The warehouse is written with `Warehouse.append` (jobs) and `sing.warehouse.audit.record` (the
+trail), the way the collector and the policy engine write them; each job below plays one case.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from sing.cli.policy import make_engine
 from sing.config import Config
 from sing.dashboards.policy_view import ICON
 from sing.executors.records import JobRecord, to_tables
-from sing.policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
-from sing.policy.cli import make_engine
+from sing.warehouse.audit import ACTION, EVALUATION, MESSAGE, Event, record
 from sing.warehouse.store import Warehouse
 from tests.dashboard_app import metrics, open_app
 from tests.mailbox import webhook_server

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from sing.policy.cli import cmd_replay
+from sing.cli.policy import cmd_replay
 from sing.policy.evaluate import (
     INCOMPLETE,
     VIOLATING,

@@ -21,12 +21,12 @@ from sing.accounting.periods import month_before, period_window
 from sing.accounting.settings import AccountingSettings
 from sing.accounting.statement import statements
 from sing.cli import main
+from sing.cli.policy import full_round, make_engine
 from sing.config import Config, Thresholds
-from sing.policy import audit
-from sing.policy.cli import full_round, make_engine
 from sing.policy.messages import NO_CHANNEL
 from sing.policy.postman import make_postman
 from sing.policy.reports import last_period, send_digests, send_job_end_reports
+from sing.warehouse import audit
 from sing.warehouse.job_report import job_report, load_notes, render
 from sing.warehouse.store import Warehouse
 from tests.mailbox import Mailbox, smtp_server

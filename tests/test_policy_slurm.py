@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from sing.policy.audit import ROUND_ORDER
+from sing.warehouse.audit import ROUND_ORDER
 from sing.warehouse.store import Warehouse
 from tests.mailbox import Mailbox, Webhook, smtp_server, webhook_server
 from tests.ports import free_ports

@@ -18,8 +18,8 @@ from sing.executors.settings import ExecutorSettings
 from sing.executors.slurm import SlurmExecutor
 from sing.executors.slurm_parse import parse_sacct, parse_squeue
 from sing.executors.sync import sync
+from sing.schema import table
 from sing.sluid import normal_sluid
-from sing.warehouse.schema import table
 from sing.warehouse.store import Warehouse
 from tests.test_executors_slurm_parse import Replay
 

@@ -15,9 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sing.warehouse import analytics
-from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import (
+from sing.demo.synthetic import (
     MEAN_UTIL_BY_NODES,
     POLICY,
     SAMPLE_S,
@@ -25,6 +23,8 @@ from sing.warehouse.synthetic import (
     generate,
     place_jobs,
 )
+from sing.warehouse import analytics
+from sing.warehouse.store import Warehouse
 from tests.test_analytics import run_sing
 
 END = datetime(2026, 1, 10, tzinfo=UTC)

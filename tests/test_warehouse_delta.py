@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from sing.schema import table
 from sing.warehouse import delta, maintenance
-from sing.warehouse.schema import table
 from sing.warehouse.store import Warehouse, conform
 
 REPO = Path(__file__).resolve().parent.parent

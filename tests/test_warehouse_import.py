@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sing.cli.warehouse import run_read_only
 from sing.errors import UserError
 from sing.jobids import lowest_job
 from sing.warehouse import migrations
-from sing.warehouse.cli import run_read_only
 from sing.warehouse.importer import Imported, import_file
 from sing.warehouse.store import Warehouse
 

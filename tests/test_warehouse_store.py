@@ -19,8 +19,8 @@ import pytest
 from deltalake import DeltaTable
 
 from sing.errors import UserError
+from sing.schema import table
 from sing.warehouse import delta, files, maintenance, migrations
-from sing.warehouse.schema import table
 from sing.warehouse.store import ROLLUPS, Warehouse, conform
 
 REPO = Path(__file__).resolve().parent.parent

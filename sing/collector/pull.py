@@ -37,7 +37,7 @@ from sing.collector.promtext import ParseError, Sample
 from sing.collector.scrape import PayloadError, fetch
 from sing.collector.service import Collector, RoundSummary
 from sing.errors import UserError
-from sing.warehouse.schema import UTC_TS
+from sing.schema import UTC_TS
 
 log = logging.getLogger(__name__)
 

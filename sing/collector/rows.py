@@ -35,7 +35,7 @@ from sing.collector.health import LastValues, health_rows
 from sing.collector.inventory import Inventory, NodeKey
 from sing.executors.records import NodeRecord
 from sing.jobids import job_order
-from sing.warehouse.schema import TABLES
+from sing.schema import TABLES
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class RoundRows:
         scrape["dropped_reasons"] = ", ".join(f"{k}={n}" for k, n in sorted(drops.items()))
 
     def tables(self) -> dict[str, pa.Table]:
-        """The non-empty batches, typed exactly as sing/warehouse/schema.py says. A batch that does
+        """The non-empty batches, typed exactly as sing/schema.py says. A batch that does
         not convert is converted node by node, without the nodes whose rows do not."""
         out = {}
         for name, rows in self._rows.items():

@@ -36,7 +36,7 @@ from sing.collector.writer import BufferedWriter
 from sing.config import Config
 from sing.executors.base import CommandError
 from sing.executors.records import NodeRecord
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class Collector:
         `command_failures` for `sing doctor head`; other errors are only logged."""
         if isinstance(err, CommandError):
             self.metrics.command_failures.labels(err.command, err.reason).inc()
-            from sing.policy.audit import actor
+            from sing.warehouse.audit import actor
 
             record_command_failure(self.warehouse, self.cluster, err, actor("sing collector"))
 

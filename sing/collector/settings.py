@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 from sing.errors import UserError
+from sing.warehouse.coverage import DEFAULT_INTERVAL_S
 
 
 @dataclasses.dataclass(frozen=True)
 class CollectorSettings:
-    interval_s: float = 15.0
+    interval_s: float = DEFAULT_INTERVAL_S
     scrape_timeout_s: float = 10.0
     # A payload larger than this is rejected (a normal 8-GPU node is ~30-60 KB).
     max_payload_bytes: int = 8_000_000

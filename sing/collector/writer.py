@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from sing.collector.selfmetrics import SelfMetrics
 from sing.errors import UserError
+from sing.schema import TABLES
 from sing.warehouse.files import uninterrupted
-from sing.warehouse.schema import TABLES
 from sing.warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)

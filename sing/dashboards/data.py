@@ -30,10 +30,11 @@ from sing.scheduler.metrics import summarize
 from sing.scheduler.settings import SchedulerSettings
 from sing.scheduler.simulate import replay
 from sing.scheduler.workload import Workload, read_trace
+from sing.traces import workload
 from sing.traces.export import build_release, write_release
 from sing.traces.package import DATAPACKAGE, zip_trace
 from sing.traces.settings import TraceSettings, load_key
-from sing.warehouse import analytics, workload
+from sing.warehouse import analytics
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds
 from sing.warehouse.job_report import job_report, load_notes
 from sing.warehouse.store import Warehouse
@@ -448,7 +449,7 @@ def trace_releases(directory: str) -> list[str]:
 def cluster_workload(
     root: str, since: datetime, until: datetime, now: datetime, name: str
 ) -> workload.Profile:
-    """The warehouse's jobs submitted in [since, until) (sing.warehouse.workload)."""
+    """The warehouse's jobs submitted in [since, until) (sing.traces.workload)."""
     return workload.from_warehouse(Warehouse(root), since, until, now, name)
 
 

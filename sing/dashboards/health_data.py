@@ -9,9 +9,10 @@ from datetime import datetime
 import polars as pl
 
 from sing.dashboards.data import cached
-from sing.health import drain, failures
+from sing.health import failures
 from sing.health.settings import HealthSettings
-from sing.policy.audit import ACTION, events
+from sing.policy import drain
+from sing.warehouse.audit import ACTION, events
 from sing.warehouse.store import Warehouse
 
 
@@ -37,7 +38,7 @@ def open_incidents(root: str, now: datetime) -> list[dict]:
 
 @cached
 def drain_candidates(root: str, settings: HealthSettings, now: datetime) -> list[dict]:
-    """Nodes over the [health] drain limits as of `now` (`sing.health.drain.candidates`)."""
+    """Nodes over the [health] drain limits as of `now` (`sing.policy.drain.candidates`)."""
     con = Warehouse(root).connect({"health_samples": None})
     return drain.candidates(con, settings, now)
 

@@ -1,7 +1,7 @@
 """The waste policies' audit trail as the dashboards show it: pending warnings, what was done.
 
-Everything comes from `policy_events` (sing/policy/audit.py), read like `sing.dashboards.data` reads
-the other tables: cached, each call on a fresh warehouse snapshot, pages never build SQL.
+Everything comes from `policy_events` (sing/warehouse/audit.py), read like `sing.dashboards.data`
+reads the other tables: cached, each call on a fresh warehouse snapshot, pages never build SQL.
 
 A warning is *pending* while its deadline lies ahead and nothing ended its ladder: the newest
 warning per (cluster, job, rule) that went out (or was decided, in a dry run) with a deadline
@@ -19,7 +19,7 @@ import duckdb
 import polars as pl
 
 from sing.dashboards.data import cached
-from sing.policy.audit import ACTION, MESSAGE, events
+from sing.warehouse.audit import ACTION, MESSAGE, events
 from sing.warehouse.store import Warehouse
 
 

@@ -1,4 +1,5 @@
-"""`sing demo`: start the live simulated campus cluster (see sing.demo.run)."""
+"""`sing demo`: start the live simulated campus cluster (see sing.demo.run); `sing demo-data`: a
+synthetic history into the warehouse (sing.demo.synthetic)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 from sing.config import Config
 from sing.demo.run import Demo, DemoOptions, default_home
-from sing.warehouse.synthetic import SAMPLE_S
+from sing.demo.synthetic import SAMPLE_S, check_size, generate_whole
+from sing.progress import Progress
+from sing.times import time_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-dashboard", action="store_true", help="run without the dashboard")
     p.set_defaults(func=cmd_demo)
 
+    demo = subparsers.add_parser("demo-data", help="write a synthetic campus history")
+    demo.add_argument("--nodes", type=int, default=16)
+    demo.add_argument("--gpus-per-node", type=int, default=8)
+    demo.add_argument("--days", type=float, default=14)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--end", type=time_option, help="end of the history (default: now)")
+    demo.set_defaults(func=cmd_demo_data)
+
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     options = DemoOptions(
@@ -44,3 +55,21 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
         dashboard=not args.no_dashboard,
     )
     return Demo(options).run()
+
+
+def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
+    root = Path(config.warehouse_dir(args.warehouse))
+    check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
+    with Progress("demo-data", total=round(args.days * 24), unit="h of history") as progress:
+        counts = generate_whole(
+            root,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            days=args.days,
+            seed=args.seed,
+            end=args.end,
+            cluster=config.site.cluster,
+            on_progress=lambda seconds: progress.update(round(seconds / 3600)),
+        )
+    print(f"wrote {counts} into {root}")
+    return 0

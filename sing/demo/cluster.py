@@ -1,6 +1,6 @@
 """The live simulated campus cluster: a workload, the SING scheduler, and simulated GPUs.
 
-Users of the synthetic workload (sing.warehouse.synthetic) submit SING job profiles over time (YAML,
+Users of the synthetic workload (sing.demo.synthetic) submit SING job profiles over time (YAML,
 checked by the executors' own parser, so the cluster's rules apply); the scheduler's `sing`
 policy places them; "running" a job means writing what its GPUs would show into the fake
 exporters' state file (utilisation, memory, power, the job holding each GPU, RDMA rates per
@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sing.demo import synthetic
 from sing.executors.profile import JobProfile, parse_profile
 from sing.executors.records import JobRecord
 from sing.executors.settings import ExecutorSettings
 from sing.scheduler.cluster import Cluster
 from sing.scheduler.core import Job, Scheduler
 from sing.scheduler.settings import SchedulerSettings
-from sing.warehouse import synthetic
 
 # A finished job's record stays in the records file this long, for the job sync to pick it up.
 KEEP_FINISHED_S = 900.0

@@ -29,11 +29,11 @@ from pathlib import Path
 import polars as pl
 import yaml
 
+from sing.demo import synthetic
 from sing.demo.cluster import LiveCluster, now_utc
+from sing.demo.synthetic import SAMPLE_S, generate, node_names
 from sing.exporters.fake_nvml import DEFAULT_DESCRIPTION, load_yaml
-from sing.warehouse import synthetic
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import SAMPLE_S, generate, node_names
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ class Executor(Protocol):
         """The nodes jobs can run on now, with their GPU count and partition."""
 
     def drain(self, node: str, reason: str) -> None:
-        """Let `node`'s jobs finish and start no new one there (sing.health.drain); `reason` is
+        """Let `node`'s jobs finish and start no new one there (sing.policy.drain); `reason` is
         what the scheduler shows admins. Raises UserError where the executor cannot."""
 
     def node_state(self, node: str) -> NodeState | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sing.warehouse.schema import table
+from sing.schema import table
 
 # Slurm's job state names are the vocabulary; the local executor uses the same words.
 RUNNING = "RUNNING"

@@ -34,7 +34,7 @@ from sing.executors.slurm_parse import (
 # Runs a command (argv, stdin text) and returns its stdout; raises CommandError on failure.
 Runner = Callable[[list[str], str | None], str]
 # sinfo's reason column is as wide as this (it pads and cuts to the width); sing's reasons are
-# at most sing.health.drain.MAX_REASON (200) characters.
+# at most sing.policy.drain.MAX_REASON (200) characters.
 REASON_WIDTH = 300
 
 

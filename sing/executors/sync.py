@@ -24,7 +24,7 @@ import pyarrow as pa
 from sing.executors.base import Executor
 from sing.executors.records import JobRecord, to_tables
 from sing.executors.settings import ExecutorSettings
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 

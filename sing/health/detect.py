@@ -26,7 +26,7 @@ import pyarrow as pa
 from sing.config import Config
 from sing.health.incidents import AUTO, dicts, note_incident, open_incident
 from sing.health.settings import HealthSettings
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.sql import source_sql
 from sing.warehouse.store import Warehouse
 

@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from sing.errors import UserError
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 CLASSES = ("xid", "ecc", "row_remap", "link", "node_down", "service_request", "other")

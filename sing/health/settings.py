@@ -32,7 +32,7 @@ class HealthSettings:
     flapping_downs: int = 3  # a port whose link went down this many times...
     flapping_minutes: float = 10.0  # ...within this many minutes is flapping
     node_down_minutes: float = 10.0  # a node none of whose scrapes answered this long is down
-    # Drain (sing.health.drain).
+    # Drain (sing.policy.drain).
     drain: bool = False  # the site's permission for sing to drain nodes itself
     dry_run: bool = True  # true: decide and record, drain nothing
     # A node is a drain candidate when any of its readings reaches one of these limits

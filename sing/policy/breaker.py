@@ -8,7 +8,7 @@ the policy's channels, and no cancel happens on that cluster until an admin runs
 `sing policy resume`, which records `breaker_resumed`. The state lives in the audit trail only,
 so every runner (the collector's round, `sing policy run`) sees the same breaker.
 
-Drains share it (`drain_blocked`, called by sing.health.drain): the drain that would pass `[health]
+Drains share it (`drain_blocked`, called by sing.policy.drain): the drain that would pass `[health]
 max_drained_share` of the cluster's nodes trips the same breaker, so a trip by either stops
 both cancels and drains until the resume.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sing.policy.audit import ACTION, MESSAGE, Event, record
 from sing.policy.messages import BREAKER, Message, Postman
 from sing.policy.settings import PolicySettings
+from sing.warehouse.audit import ACTION, MESSAGE, Event, record
 from sing.warehouse.store import Warehouse
 
 TRIPPED, RESUMED = "breaker_tripped", "breaker_resumed"

@@ -26,7 +26,6 @@ from sing.errors import UserError
 from sing.executors.base import Executor
 from sing.executors.records import JobRecord
 from sing.executors.slurm import SlurmExecutor
-from sing.policy.audit import ACTION, EVALUATION, MESSAGE, Event, record
 from sing.policy.breaker import BLOCKED, Breaker
 from sing.policy.evaluate import DataNeeds, Evaluator, open_round
 from sing.policy.ladder import (
@@ -48,6 +47,7 @@ from sing.policy.ladder import (
 from sing.policy.messages import CANCELLED, NO_CHANNEL, NOTIFY, WARN, Message, Postman
 from sing.policy.rules import load_rules
 from sing.policy.settings import PolicySettings
+from sing.warehouse.audit import ACTION, EVALUATION, MESSAGE, Event, record
 from sing.warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)

@@ -28,11 +28,11 @@ from sing.policy.rules import (
     UNTOUCHED_GPUS,
     Rule,
 )
+from sing.schema import table
 from sing.warehouse.analytics import HOME_CLUSTER
 from sing.warehouse.coverage import coverage_sql
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
-from sing.warehouse.schema import table
 from sing.warehouse.sql import source_sql, sql_list
 from sing.warehouse.store import Warehouse
 

@@ -22,13 +22,13 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from sing.config import ConfigError
-from sing.policy.audit import ACTION, EVALUATION, MESSAGE, ROUND_ORDER
 from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING, Verdict
 from sing.policy.messages import CANCELLED, NOTIFY, WARN
 from sing.policy.rules import Rule
 from sing.policy.settings import PolicySettings
+from sing.warehouse.audit import ACTION, EVALUATION, MESSAGE, ROUND_ORDER
 
-# Outcomes the ladder adds to the evaluation verdicts (sing/policy/audit.py lists them all).
+# Outcomes the ladder adds to the evaluation verdicts (sing/warehouse/audit.py lists them all).
 RECOVERED, ENDED, CHANGED = "recovered", "ended", "changed"
 CANCEL, LEFT_ALONE = "cancel", "left_alone"
 RECONCILE = "reconcile"  # a cancel intent with no outcome: ask the executor what happened

@@ -19,7 +19,6 @@ import duckdb
 
 from sing.accounting.periods import month_before, period_window
 from sing.config import Config
-from sing.policy import audit
 from sing.policy.messages import (
     JOB_END,
     MONTHLY_DIGEST,
@@ -28,9 +27,9 @@ from sing.policy.messages import (
     Message,
     Postman,
 )
-from sing.policy.settings import PolicySettings
+from sing.policy.settings import PolicySettings, site_coverage
+from sing.warehouse import audit
 from sing.warehouse.analytics import JOB_USAGE_SQL
-from sing.warehouse.coverage import site_coverage
 from sing.warehouse.job_report import job_report, load_notes, render
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 from sing.warehouse.store import Warehouse

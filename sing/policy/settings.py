@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sing.config import ConfigError
+from sing.collector.settings import CollectorSettings
+from sing.config import Config, ConfigError
+from sing.warehouse.coverage import DEFAULT_MIN_COVERAGE, CoverageNeeds
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class PolicySettings:
     max_data_age_s: float = 600.0  # a job whose least recently heard GPU is older waits
     # A verdict needs this share of the samples its allocated GPUs should have given over the
     # window ([collector] interval_s apart); under it the verdict is "incomplete" and waits.
-    min_coverage: float = 0.8
+    min_coverage: float = DEFAULT_MIN_COVERAGE
     # The circuit breaker (sing/policy/breaker.py): the cancel past this many real cancels within an
     # hour trips it; nothing is cancelled until `sing policy resume`.
     max_cancels_per_hour: int = 5
@@ -63,3 +65,14 @@ class PolicySettings:
             raise ConfigError(
                 f"[policy] timezone = {self.timezone!r} is not a known time zone"
             ) from err
+
+
+def site_coverage(config: Config) -> CoverageNeeds:
+    """The site's sampling interval and coverage bar, from its config file. A `[policy]`
+    section that does not load (a bad time zone) leaves the default bar: the figures still
+    show, and the policy commands and pages name the error."""
+    try:
+        min_coverage = config.section("policy", PolicySettings).min_coverage
+    except ConfigError:
+        min_coverage = DEFAULT_MIN_COVERAGE
+    return CoverageNeeds(config.section("collector", CollectorSettings).interval_s, min_coverage)

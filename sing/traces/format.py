@@ -37,7 +37,7 @@ STATES = (
     "unknown",
 )
 EXIT_CLASSES = ("success", "error", "signal")
-# The incident classes of the warehouse's `incidents` table (sing/warehouse/schema.py).
+# The incident classes of the warehouse's `incidents` table (sing/schema.py).
 INCIDENT_CLASSES = ("xid", "ecc", "row_remap", "link", "node_down", "service_request", "other")
 
 

@@ -14,34 +14,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sing.collector.settings import CollectorSettings
-from sing.config import Config, ConfigError
-from sing.policy.settings import PolicySettings
-
+# The built-in [collector] interval_s and [policy] min_coverage: those settings take their
+# defaults from here, so a figure read without a config file is measured as the site's would be.
+DEFAULT_INTERVAL_S = 15.0
 DEFAULT_MIN_COVERAGE = 0.8
 
 
 @dataclass(frozen=True)
 class CoverageNeeds:
-    """What the reports and pages measure a job's coverage against."""
+    """What the reports and pages measure a job's coverage against (the site's are
+    sing.policy.settings.site_coverage)."""
 
-    interval_s: float = CollectorSettings.interval_s  # [collector] interval_s
+    interval_s: float = DEFAULT_INTERVAL_S  # [collector] interval_s
     min_coverage: float = DEFAULT_MIN_COVERAGE  # [policy] min_coverage
 
 
-# A site without a config file: the built-in [collector] interval_s and [policy] min_coverage.
+# A site without a config file.
 DEFAULT_NEEDS = CoverageNeeds()
-
-
-def site_coverage(config: Config) -> CoverageNeeds:
-    """The site's sampling interval and coverage bar, from its config file. A `[policy]`
-    section that does not load (a bad time zone) leaves the default bar: the figures still
-    show, and the policy commands and pages name the error."""
-    try:
-        min_coverage = config.section("policy", PolicySettings).min_coverage
-    except ConfigError:
-        min_coverage = DEFAULT_MIN_COVERAGE
-    return CoverageNeeds(config.section("collector", CollectorSettings).interval_s, min_coverage)
 
 
 def coverage_sql(samples: str, gpus: str, seconds: str, interval_s: str) -> str:

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from sing.jobids import job_order_sql
+from sing.schema import table
 from sing.warehouse.files import uninterrupted
-from sing.warehouse.schema import table
 from sing.warehouse.store import Warehouse, conform
 
 # DuckDB types that check CSV text for each Arrow type of the schema.

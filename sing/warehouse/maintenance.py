@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
+from sing.schema import TABLES, Table, table
 from sing.warehouse import delta, files
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.rollups import KEPT, OF, ROLLUPS, Rollup, plan_day, rollups_of
-from sing.warehouse.schema import TABLES, Table, table
 from sing.warehouse.sql import q, source_sql
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 
-from sing.warehouse.schema import Table
+from sing.schema import Table
 
 
 def source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Path]) -> str:

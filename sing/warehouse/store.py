@@ -32,11 +32,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from sing.errors import UserError
+from sing.schema import TABLES, Table, table
 from sing.warehouse import delta, maintenance, migrations
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.maintenance import CompactionResult
 from sing.warehouse.rollups import ROLLUPS, Rollup, plan_day
-from sing.warehouse.schema import TABLES, Table, table
 from sing.warehouse.sql import q, source_sql, sql_list
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
 
+from sing.schema import TABLES, Table
 from sing.warehouse import delta, legacy, maintenance
 from sing.warehouse.rollups import KEPT, ROLLUPS, Rollup
-from sing.warehouse.schema import TABLES, Table
 from sing.warehouse.sql import q, source_sql, sql_list
 
 if TYPE_CHECKING:

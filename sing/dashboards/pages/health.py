@@ -2,7 +2,7 @@
 hardware incidents, and the nodes the `[health]` drain limits pick out.
 
 The figures are `sing health report`'s over the chosen window (sing.health.failures), the drain
-list `sing health drain`'s as of the end of the data (sing.health.drain); docs/health.md says how.
+list `sing health drain`'s as of the end of the data (sing.policy.drain); docs/health.md says how.
 """
 
 import altair as alt

@@ -13,7 +13,7 @@ from sing.dashboards import data, policy_data
 from sing.dashboards.policy_view import warning_banners
 from sing.dashboards.widgets import data_span, job_report_section, visit
 from sing.errors import UserError
-from sing.warehouse.coverage import site_coverage
+from sing.policy.settings import site_coverage
 
 v = visit()
 span = data_span(v)

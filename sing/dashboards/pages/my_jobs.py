@@ -17,7 +17,7 @@ from sing.dashboards.widgets import (
     visit,
     window_picker,
 )
-from sing.warehouse.coverage import site_coverage
+from sing.policy.settings import site_coverage
 
 v = visit()
 span = data_span(v)

@@ -12,7 +12,7 @@ from sing.dashboards import data
 from sing.dashboards.settings import DashboardSettings
 from sing.dashboards.widgets import data_span, visit, window_picker
 from sing.errors import UserError
-from sing.warehouse import workload
+from sing.traces import workload
 
 v = visit()
 span = data_span(v)

@@ -11,7 +11,7 @@ from sing.collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
 from sing.executors.base import make_executor
-from sing.policy import audit, breaker
+from sing.policy import breaker
 from sing.policy.engine import Engine, Round
 from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING
 from sing.policy.ladder import CHANGED, ENDED, Decision
@@ -22,6 +22,7 @@ from sing.policy.rules import load_rules
 from sing.policy.settings import PolicySettings
 from sing.tables import Column, percent, print_json, render
 from sing.times import time_option
+from sing.warehouse import audit
 from sing.warehouse.store import Warehouse
 
 

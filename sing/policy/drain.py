@@ -36,10 +36,10 @@ import duckdb
 from sing.config import Config
 from sing.executors.base import Executor, executor_settings, make_executor
 from sing.health.settings import HealthSettings
-from sing.policy.audit import ACTION, Event, actor, record
 from sing.policy.breaker import DRAIN_BLOCKED, Breaker
 from sing.policy.postman import make_postman
 from sing.policy.settings import PolicySettings
+from sing.warehouse.audit import ACTION, Event, actor, record
 from sing.warehouse.store import Warehouse
 
 DRAIN = "drain"  # the outcome of a drain in policy_events

@@ -245,7 +245,7 @@ def _store(
     from sing.warehouse.store import Warehouse
 
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-    from sing.warehouse.schema import table
+    from sing.schema import table
 
     extra = {
         "run_id": run_id,

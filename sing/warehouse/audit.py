@@ -16,7 +16,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from sing.warehouse.schema import table
+from sing.schema import table
 from sing.warehouse.store import Warehouse
 
 EVALUATION, MESSAGE, ACTION = "evaluation", "message", "action"
@@ -39,7 +39,7 @@ def actor(command: str) -> str:
 
 @dataclass(frozen=True)
 class Event:
-    """One row of `policy_events` (sing/warehouse/schema.py says what each field holds)."""
+    """One row of `policy_events` (sing/schema.py says what each field holds)."""
 
     ts: datetime
     cluster: str

@@ -109,8 +109,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_port,
         )
     # The policy engine and incident detection load only for a long-running collector.
+    from sing.cli.policy import policy_job
     from sing.health.detect import detection_job
-    from sing.policy.cli import policy_job
 
     run_forever(
         collector,

@@ -1,7 +1,7 @@
 """`sing health report` (failure metrics of a period) and `sing health drain` (nodes to drain).
 
 Tables with units for people, `--json` for scripts; the figures are `sing.health.failures.report`
-and `sing.health.drain.candidates` (docs/health.md).
+and `sing.policy.drain.candidates` (docs/health.md).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from sing.accounting.periods import FORMS
+from sing.cli.reports import NOW_HELP, report_now, report_window
 from sing.config import Config
-from sing.health import drain, failures
+from sing.health import failures
 from sing.health.settings import HealthSettings
+from sing.policy import drain
 from sing.tables import Column, percent, print_json, render
 from sing.times import time_option
-from sing.warehouse.reports_cli import NOW_HELP, report_now, report_window
 from sing.warehouse.store import Warehouse
 
 

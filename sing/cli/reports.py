@@ -1,4 +1,4 @@
-"""`sing report ...`, `sing job JOB_ID` and `sing demo-data`: analytics from the command line."""
+"""`sing report ...` and `sing job JOB_ID`: analytics from the command line."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from sing.accounting.settings import accounting_settings
 from sing.accounting.usage import GROUPS, footnotes, method, snapshot, usage
 from sing.config import Config
 from sing.errors import UsageError, UserError
-from sing.progress import Progress
+from sing.policy.settings import site_coverage
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
 from sing.times import time_option
-from sing.warehouse import analytics, workload
-from sing.warehouse.coverage import CoverageNeeds, site_coverage
+from sing.traces import workload
+from sing.warehouse import analytics
+from sing.warehouse.coverage import CoverageNeeds
 from sing.warehouse.job_report import job_report, load_notes, render
 from sing.warehouse.store import Warehouse
-from sing.warehouse.synthetic import check_size, generate_whole
 
 NOW_HELP = "count running jobs up to this time (default: now, or the newest sample if older)"
 # A warehouse whose samples stopped longer ago than this reports as of its newest sample, so
@@ -73,14 +73,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     job.add_argument("--now", type=time_option, help=NOW_HELP)
     job.add_argument("--json", action="store_true")
     job.set_defaults(func=cmd_job)
-
-    demo = subparsers.add_parser("demo-data", help="write a synthetic campus history")
-    demo.add_argument("--nodes", type=int, default=16)
-    demo.add_argument("--gpus-per-node", type=int, default=8)
-    demo.add_argument("--days", type=float, default=14)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--end", type=time_option, help="end of the history (default: now)")
-    demo.set_defaults(func=cmd_demo_data)
 
 
 def ratio(text: str) -> float:
@@ -442,7 +434,7 @@ def add_workload(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_workload(args: argparse.Namespace, config: Config) -> int:
-    """`sing report workload`: sing.warehouse.workload for the cluster and each --trace, side by
+    """`sing report workload`: sing.traces.workload for the cluster and each --trace, side by
     side."""
     if args.no_cluster and not args.trace:
         raise UserError("--no-cluster needs at least one --trace DIR")
@@ -559,22 +551,4 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         tables.print_json([job])
     else:
         print(render(job))
-    return 0
-
-
-def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
-    root = Path(config.warehouse_dir(args.warehouse))
-    check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
-    with Progress("demo-data", total=round(args.days * 24), unit="h of history") as progress:
-        counts = generate_whole(
-            root,
-            nodes=args.nodes,
-            gpus_per_node=args.gpus_per_node,
-            days=args.days,
-            seed=args.seed,
-            end=args.end,
-            cluster=config.site.cluster,
-            on_progress=lambda seconds: progress.update(round(seconds / 3600)),
-        )
-    print(f"wrote {counts} into {root}")
     return 0

@@ -10,9 +10,9 @@ import duckdb
 
 from sing.config import Config
 from sing.errors import UserError
+from sing.schema import TABLES
 from sing.tables import print_json, render_query
 from sing.warehouse.importer import import_file
-from sing.warehouse.schema import TABLES
 from sing.warehouse.store import Warehouse
 
 # Statement types `sing warehouse sql` runs; anything else could write or reach outside.

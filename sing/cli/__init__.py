@@ -23,23 +23,23 @@ from sing.errors import UsageError, UserError
 # Only the module of the command being run is imported, so `sing exporter` on a GPU node does
 # not load DuckDB, polars or Streamlit.
 COMMANDS = {
-    "warehouse": "sing.warehouse.cli",
-    "report": "sing.warehouse.reports_cli",
-    "job": "sing.warehouse.reports_cli",
-    "demo-data": "sing.warehouse.reports_cli",
-    "simulate": "sing.scheduler.cli",
-    "submit": "sing.executors.cli",
-    "run": "sing.executors.cli",
-    "jobs": "sing.executors.cli",
+    "warehouse": "sing.cli.warehouse",
+    "report": "sing.cli.reports",
+    "job": "sing.cli.reports",
+    "demo-data": "sing.demo.cli",
+    "simulate": "sing.cli.simulate",
+    "submit": "sing.cli.jobs",
+    "run": "sing.cli.jobs",
+    "jobs": "sing.cli.jobs",
     "exporter": "sing.exporters.cli",
-    "collector": "sing.collector.cli",
+    "collector": "sing.cli.collector",
     "dashboard": "sing.dashboards.cli",
-    "trace": "sing.traces.cli",
+    "trace": "sing.cli.trace",
     "demo": "sing.demo.cli",
-    "policy": "sing.policy.cli",
-    "incident": "sing.health.cli",
-    "health": "sing.health.report_cli",
-    "doctor": "sing.doctor",
+    "policy": "sing.cli.policy",
+    "incident": "sing.cli.incident",
+    "health": "sing.cli.health",
+    "doctor": "sing.cli.doctor",
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
 

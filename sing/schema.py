@@ -190,7 +190,7 @@ TABLES: dict[str, Table] = {
                 # evaluation: violating, recovered, exempt, stale, ended, changed;
                 # message: notify, warn, cancelled, held (waits: detail says why), job_end,
                 # weekly_digest, monthly_digest;
-                # action: cancel, left_alone; drain_intent, then drain (sing.health.drain: detail
+                # action: cancel, left_alone; drain_intent, then drain (sing.policy.drain: detail
                 # names the node and the intent).
                 ("outcome", pa.string()),
                 ("deadline", UTC_TS),  # a warning's: the job is cancelled after it

@@ -361,7 +361,7 @@ def check_policy_reach(args: argparse.Namespace, config: Config) -> Finding:
 
 def check_targets(args: argparse.Namespace, config: Config) -> Finding:
     """Fetch every target with the collector's own client, settings and limits."""
-    from sing.collector.cli import target_source
+    from sing.cli.collector import target_source
     from sing.collector.settings import CollectorSettings
 
     try:
