@@ -314,6 +314,11 @@ def _gpu_indices(job: _Job, nodes: tuple[str, ...]) -> dict[str, tuple[int, ...]
     return out
 
 
+def _labels(job: _Job) -> dict[str, str | None]:
+    """The job's account, partition, name and QOS: the same fields in squeue's and sacct's JSON."""
+    return {key: job.text(key, required=False) for key in ("account", "partition", "name", "qos")}
+
+
 def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
     """Jobs holding an allocation now, from `squeue --json` (which also lists ended jobs)."""
     records = []
@@ -341,10 +346,7 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
                 state=state.name,
                 base_state=state.base_if_other,
                 user=job.text("user_name"),
-                account=job.text("account", required=False),
-                partition=job.text("partition", required=False),
-                name=job.text("name", required=False),
-                qos=job.text("qos", required=False),
+                **_labels(job),
                 submit_time=job.time("submit_time"),
                 start_time=job.time("start_time"),
                 nodes=nodes,
@@ -461,10 +463,7 @@ def _ended_run(
         state=state.name,
         # 22.05 JSON has user null for users without an association; text always has it.
         user=job.text("user", required=False) or line.user or None,
-        account=job.text("account", required=False),
-        partition=job.text("partition", required=False),
-        name=job.text("name", required=False),
-        qos=job.text("qos", required=False),
+        **_labels(job),
         submit_time=job.time("time.submission"),
         start_time=job.time("time.start"),
         end_time=job.time("time.end"),
