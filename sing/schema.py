@@ -6,7 +6,8 @@ a migration in `sing.warehouse.migrations`.
 
 Two kinds of table:
 - *samples* (append-only, partitioned by UTC day): `gpu_samples`, `rdma_samples`, `scrapes`.
-- *records* (upserted: the newest `recorded_at` per key wins): `jobs`, `job_gpus`, `nodes`.
+- *records* (upserted: the newest `recorded_at` per key wins): `jobs`, `job_runs`, `job_gpus`,
+  `nodes`.
 """
 
 from __future__ import annotations
@@ -91,6 +92,27 @@ TABLES: dict[str, Table] = {
             ),
             key=("cluster", "job_id"),
             doc="One row per job; the newest record of a job wins (running -> finished).",
+        ),
+        Table(
+            "job_runs",
+            _schema(
+                ("job_id", pa.string()),
+                ("cluster", pa.string()),
+                # The run's start: its key (a requeued job keeps its id; each run starts anew).
+                ("start_time", UTC_TS),
+                ("sluid", pa.string()),  # Slurm 26.05+: the run's own SLUID; NULL before
+                ("submit_time", UTC_TS),
+                ("end_time", UTC_TS),  # NULL while the run goes on
+                # The run's own end: REQUEUED, NODE_FAIL, PREEMPTED for a run that was requeued.
+                ("state", pa.string()),
+                ("exit_code", pa.int32()),
+                ("nodes", pa.list_(pa.string())),
+                ("num_gpus", pa.int32()),
+                ("recorded_at", UTC_TS),
+            ),
+            key=("cluster", "job_id", "start_time"),
+            doc="Every run of a job that started (a requeued job has several); `jobs` holds the "
+            "newest.",
         ),
         Table(
             "job_gpus",

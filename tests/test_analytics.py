@@ -827,6 +827,37 @@ def test_rdma_with_an_unknown_counter_is_unknown_not_small(tmp_path: Path) -> No
     assert "RDMA traffic" not in out.stdout  # no low-RDMA note on an unknown figure
 
 
+def test_a_requeued_jobs_report_lists_its_runs(tmp_path: Path) -> None:
+    """Job Q's node failed after an hour; Slurm requeued it and it runs on n2. `sing job`
+    shows the runs as a table (one run: no table), and `--json` gives them."""
+    wh = Warehouse(tmp_path / "wh")
+    add_job(wh, "Q", ["n2"], 2, at(1.5), None, state="RUNNING")
+    add_job(wh, "S", ["n1"], 2, at(0), at(1), state="COMPLETED")
+    run = {"job_id": "Q", "cluster": "test", "num_gpus": 2, "recorded_at": at(4)}
+    runs = [
+        run | {"start_time": at(0), "end_time": at(1), "state": "NODE_FAIL", "nodes": ["n1"]},
+        run | {"start_time": at(1.5), "end_time": None, "state": "RUNNING", "nodes": ["n2"]},
+        {**run, "job_id": "S", "start_time": at(0), "end_time": at(1), "state": "COMPLETED"},
+    ]
+    wh.append("job_runs", pa.Table.from_pylist(runs, schema=table("job_runs").schema))
+    out = run_sing("--warehouse", str(wh.root), "job", "Q", "--now", at(4).isoformat())
+    assert out.returncode == 0, out.stderr
+    table_lines = out.stdout.split("Runs (requeued; the figures above are the last run's):\n")[1]
+    assert table_lines.splitlines()[:3] == [
+        "  run  start (UTC)          end (UTC)            run time h  state      GPUs  node list",
+        "    1  2026-01-05 10:00:00  2026-01-05 11:00:00        1.00  NODE_FAIL     2  n1",
+        "    2  2026-01-05 11:30:00  running                 running  RUNNING       2  n2",
+    ]
+    out = run_sing("--warehouse", str(wh.root), "job", "Q", "--json", "--now", at(4).isoformat())
+    (job,) = json.loads(out.stdout)["rows"]
+    assert [(r["run"], r["state"], r["nodes"]) for r in job["runs"]] == [
+        (1, "NODE_FAIL", ["n1"]),
+        (2, "RUNNING", ["n2"]),
+    ]
+    out = run_sing("--warehouse", str(wh.root), "job", "S", "--now", at(4).isoformat())
+    assert out.returncode == 0 and "Runs" not in out.stdout
+
+
 def test_jobs_are_matched_to_samples_by_cluster_too(tmp_path: Path) -> None:
     """Job 7 exists in clusters a and b (ids repeat across clusters) on a node named n1 in
     both: each keeps its own samples."""

@@ -205,12 +205,53 @@ def test_slurm_24_11_gives_the_requeued_run_as_pending_with_a_flag():
     assert (record.state, record.end_time) == ("REQUEUED", at(1796000670))
 
 
-def test_a_requeued_jobs_next_run_replaces_the_ended_one():
-    """Running again, the job is squeue's (`running`), as any running job; its ended run must
-    not stand as finished, or a sync would drop the running record as already done."""
-    assert parse_sacct(*requeued_sacct("RUNNING", 1796000700), "campus") == []
-    (ended,) = parse_sacct(*requeued_sacct("COMPLETED", 1796000700), "campus")
-    assert (ended.state, ended.start_time) == ("COMPLETED", at(1796000700))
+def test_each_ended_run_of_a_requeued_job_is_read_with_its_own_line():
+    """Running again, the job is squeue's (`running`), as any running job; its ended run is
+    still read, a run of its own. Both outputs list runs oldest first: the text's lines go to
+    the runs in order (the first run here was killed by signal 9, the second exited 3)."""
+    (first,) = parse_sacct(*requeued_sacct("RUNNING", 1796000700), "campus")
+    assert (first.state, first.start_time, first.end_time) == (
+        "REQUEUED", at(1796000666), at(1796000670),
+    )  # fmt: skip
+    dump, _ = requeued_sacct("COMPLETED", 1796000700)
+    tres = "cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2"
+    runs = parse_sacct(dump, f"1|singtest|0:9|{tres}\n1|singtest|3:0|{tres}\n", "campus")
+    assert [(r.state, r.start_time, r.exit_code) for r in runs] == [
+        ("REQUEUED", at(1796000666), 137),
+        ("COMPLETED", at(1796000700), 3),
+    ]
+
+
+def running_again(start: int) -> str:
+    """`squeue --json` (22.05, as captured) with job 1 alone, running again since `start`."""
+    raw = json.loads(SQUEUE)
+    raw["jobs"] = [job for job in raw["jobs"] if job["job_id"] == 1]
+    raw["jobs"][0]["start_time"] = start
+    return json.dumps(raw)
+
+
+@pytest.mark.parametrize(
+    "first_state", ["REQUEUED", ["PENDING", "REQUEUED"]], ids=["22.05", "24.11"]
+)
+def test_sync_keeps_a_requeued_jobs_runs_apart(tmp_path, first_state):
+    """The running run is the job's `jobs` row; the ended one stays a `job_runs` row with its
+    state and end, and syncing the same output again adds no row."""
+    dump, text = requeued_sacct("RUNNING", 1796000700)
+    raw = json.loads(dump)
+    raw["jobs"][0]["state"]["current"] = first_state
+    replay = Replay(running_again(1796000700), json.dumps(raw), text)
+    wh = Warehouse(tmp_path / "wh")
+    for _ in range(2):
+        sync(SlurmExecutor("campus", ExecutorSettings(), replay), wh, now=at(1796000800))
+    con = wh.connect()
+    assert con.execute("SELECT state, start_time FROM jobs").fetchall() == [
+        ("RUNNING", at(1796000700))
+    ]
+    runs = "SELECT state, start_time, end_time, nodes, num_gpus FROM job_runs ORDER BY start_time"
+    assert con.execute(runs).fetchall() == [
+        ("REQUEUED", at(1796000666), at(1796000670), ["gpu-1"], 2),
+        ("RUNNING", at(1796000700), None, ["gpu-1"], 2),
+    ]
 
 
 def test_finished_asks_sacct_for_every_run_of_a_job():

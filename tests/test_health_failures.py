@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sing.executors.records import JobRecord, to_tables
-from sing.health.failures import FAILURE_CLASSES, over_time, report
+from sing.executors.records import JobRecord, runs_table, to_tables
+from sing.health.failures import FAILURE_CLASSES, over_time, report, snapshot
 from sing.warehouse.store import Warehouse
 from tests.real_path.site import SING
 
@@ -113,6 +113,25 @@ def test_each_job_gets_its_failure_class(warehouse: Warehouse) -> None:
     assert by_class["success"]["share"] == pytest.approx(2 / 14)
     # lost: user errors 24, node failures 38, timeout 16, preemption 8; not success, cancelled
     assert found["gpu_hours_lost"] == pytest.approx(86)
+
+
+def test_a_requeued_jobs_earlier_runs_count_by_their_own_state(tmp_path: Path) -> None:
+    """Job 20 ran three times: its node failed (NODE_FAIL, requeued), it was requeued by hand
+    (REQUEUED), then it completed. `jobs` holds the last run; each run is a cause."""
+    runs = [
+        job("20", "campus", "NODE_FAIL", ("n1",), at(3, 2), 2, 4),
+        job("20", "campus", "REQUEUED", ("n2",), at(3, 5), 1, 4),
+        job("20", "campus", "COMPLETED", ("n3",), at(3, 10), 3, 4),
+    ]
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", to_tables(runs[-1:], recorded_at=DEC)[0])
+    wh.append("job_runs", runs_table(runs, recorded_at=DEC))
+    found = report(snapshot(wh), NOV, DEC, now=DEC)
+    by_class = {row["failure_class"]: (row["jobs"], row["gpu_hours"]) for row in found["causes"]}
+    assert by_class["node_failure"] == (1, pytest.approx(8))
+    assert by_class["preemption"] == (1, pytest.approx(4))
+    assert by_class["success"] == (1, pytest.approx(12))
+    assert found["jobs"] == 3 and found["gpu_hours_lost"] == pytest.approx(12)
 
 
 def test_incident_counts_mtbf_and_service_requests(warehouse: Warehouse) -> None:

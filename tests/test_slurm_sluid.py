@@ -48,7 +48,8 @@ def test_squeue_and_sacct_carry_the_current_runs_sluid() -> None:
     (two,) = parse_squeue(read("squeue_run2.json"), "campus")
     assert (one.job_id, one.sluid, one.gpus) == ("42", RUN1, {"gpu-1": (0, 1)})
     assert (two.job_id, two.sluid, two.start_time) == ("42", RUN2, at(1796000960))
-    (done,) = parse_sacct(read("sacct.json"), read("sacct.txt"), "campus")
+    first, done = parse_sacct(read("sacct.json"), read("sacct.txt"), "campus")
+    assert (first.sluid, first.state, first.nodes) == (RUN1, "REQUEUED", ("gpu-1",))
     assert (done.sluid, done.state, done.num_gpus) == (RUN2, "COMPLETED", 2)  # not original_sluid
 
 
@@ -71,10 +72,15 @@ def test_a_requeued_jobs_runs_stay_apart(tmp_path: Path) -> None:
         (read("squeue_run2.json"), NO_JOBS, "", 1796001000),  # run 2 running on gpu-2
         (NO_JOBS, read("sacct.json"), read("sacct.txt"), 1796002800),  # run 2 ended
     ]
-    for squeue, sacct_json, sacct_text, now in snapshots:
+    for squeue, sacct_json, sacct_text, now in [*snapshots, snapshots[-1]]:  # the last twice
         replay = Replay(squeue, sacct_json, sacct_text)
         sync(SlurmExecutor("campus", ExecutorSettings(), replay), wh, now=at(now))
     con = wh.connect()
+    runs = "SELECT sluid, state, start_time, end_time, nodes, num_gpus FROM job_runs"
+    assert con.execute(f"{runs} ORDER BY start_time").fetchall() == [
+        (RUN1, "REQUEUED", at(1796000600), at(1796000930), ["gpu-1"], 2),
+        (RUN2, "COMPLETED", at(1796000960), at(1796002760), ["gpu-2"], 2),
+    ]
     assert con.execute("SELECT job_id, sluid, start_time, end_time FROM jobs").fetchall() == [
         ("42", RUN2, at(1796000960), at(1796002760))
     ]

@@ -16,6 +16,7 @@ import pytest
 
 from sing.executors.profile import parse_profile
 from sing.executors.slurm import SlurmExecutor
+from sing.executors.sync import sync
 from sing.warehouse.store import Warehouse
 from tests.slurm_harness import SlurmCluster, running, scratch
 from tests.slurm_release import RELEASES
@@ -56,9 +57,10 @@ def test_the_release_is_the_one_asked_for(cluster):
     assert package.startswith("slurm") and version.startswith(cluster.release.name + ".")
 
 
-def test_a_requeued_job_runs_again_and_is_read_back(cluster):
+def test_a_requeued_job_runs_again_and_each_run_is_kept(cluster, tmp_path):
     """24.11's sacct without --duplicates gives a requeued job's new PENDING record alone
-    (tests/executors_data/slurm-24.11/sacct-requeued*); sing asks for every run."""
+    (tests/executors_data/slurm-24.11/sacct-requeued*); sing asks for every run, and keeps
+    each in `job_runs`: the first with its end and state, the second running."""
     admin = SlurmExecutor("campus", SETTINGS)
     since = datetime.now(UTC) - timedelta(minutes=1)
     text = "name: requeued\ngpus_per_node: 2\nentry: {commands: 'sleep 300'}\n"
@@ -70,6 +72,8 @@ def test_a_requeued_job_runs_again_and_is_read_back(cluster):
         return next((r for r in admin.running() if r.job_id == job), None)
 
     first = wait_for(running_record, "the job to run", 30)
+    wh = Warehouse(tmp_path / "wh")
+    sync(admin, wh)  # the first run seen running
     subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True)
     # Slurm holds a requeued job back for a while before it may start again; it is pending.
     wait_for(lambda: running_record() is None, "the requeued job to leave the running set", 30)
@@ -84,6 +88,30 @@ def test_a_requeued_job_runs_again_and_is_read_back(cluster):
         return runs[0] if runs else None
 
     last = wait_for(requeued_run, "the requeued run in sacct", 30)
-    admin.cancel(job)
     assert (first.num_gpus, last.num_gpus) == (2, 2) and last.name == "requeued"
     assert last.start_time == first.start_time and last.end_time >= last.start_time
+    # Let it start again at once, not after Slurm's hold: its second run.
+    subprocess.run(
+        ["scontrol", "update", f"jobid={job}", "starttime=now"], env=cluster.env, check=True
+    )
+
+    def second_run():
+        record = running_record()
+        return record if record and record.start_time > first.start_time else None
+
+    second = wait_for(second_run, "the job's second run", 90)
+    for _ in range(2):  # a re-sync adds no run
+        sync(admin, wh)
+    admin.cancel(job)
+    con = wh.connect()
+    runs = con.execute(
+        "SELECT state, start_time, end_time, nodes, num_gpus FROM job_runs WHERE job_id = ? "
+        "ORDER BY start_time",
+        [job],
+    ).fetchall()
+    assert runs == [
+        ("REQUEUED", first.start_time, last.end_time, list(first.nodes), 2),
+        ("RUNNING", second.start_time, None, list(second.nodes), 2),
+    ]
+    (state,) = con.execute("SELECT state FROM jobs WHERE job_id = ?", [job]).fetchone()
+    assert state == "RUNNING"

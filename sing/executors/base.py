@@ -52,7 +52,8 @@ class Executor(Protocol):
         """Jobs holding resources now, with per-node GPU indices."""
 
     def finished(self, since: datetime) -> list[JobRecord]:
-        """Jobs that ended at or after `since` (UTC)."""
+        """Runs of jobs that ended at or after `since` (UTC): one per job, or, for a job
+        requeued (Slurm), each of its runs that ended."""
 
     def inventory(self) -> list[NodeRecord]:
         """The nodes jobs can run on now, with their GPU count and partition."""

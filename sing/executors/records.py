@@ -150,3 +150,26 @@ def to_tables(records: list[JobRecord], recorded_at: datetime) -> tuple[pa.Table
         pa.Table.from_pylist(jobs, schema=table("jobs").schema),
         pa.Table.from_pylist(gpus, schema=table("job_gpus").schema),
     )
+
+
+def runs_table(records: list[JobRecord], recorded_at: datetime) -> pa.Table:
+    """An Arrow table for `job_runs`: one row per record of a run that started (a job cancelled
+    while pending had no run)."""
+    runs = [
+        {
+            "job_id": r.job_id,
+            "cluster": r.cluster,
+            "start_time": r.start_time,
+            "sluid": r.sluid,
+            "submit_time": r.submit_time,
+            "end_time": r.end_time,
+            "state": r.state,
+            "exit_code": r.exit_code,
+            "nodes": list(r.nodes),
+            "num_gpus": r.num_gpus,
+            "recorded_at": recorded_at,
+        }
+        for r in records
+        if r.start_time is not None
+    ]
+    return pa.Table.from_pylist(runs, schema=table("job_runs").schema)

@@ -103,8 +103,8 @@ class SlurmExecutor:
         return parse_squeue(self._run(["squeue", "--json"], None), self.cluster)
 
     def finished(self, since: datetime) -> list[JobRecord]:
-        # --duplicates: every run of a requeued job, of which parse_sacct keeps the newest started
-        # (24.11 without it gives a requeued job's pending record alone: the ended run is lost).
+        # --duplicates: every run of a requeued job (24.11 without it gives a requeued job's
+        # pending record alone: the ended run is lost).
         start = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         window = ["-a", "--duplicates", "-S", start, "-E", "now"]
         dump = self._run(["sacct", "--json", *window], None)

@@ -314,6 +314,11 @@ def _gpu_indices(job: _Job, nodes: tuple[str, ...]) -> dict[str, tuple[int, ...]
     return out
 
 
+def _labels(job: _Job) -> dict[str, str | None]:
+    """The job's account, partition, name and QOS: the same fields in squeue's and sacct's JSON."""
+    return {key: job.text(key, required=False) for key in ("account", "partition", "name", "qos")}
+
+
 def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
     """Jobs holding an allocation now, from `squeue --json` (which also lists ended jobs)."""
     records = []
@@ -341,10 +346,7 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
                 state=state.name,
                 base_state=state.base_if_other,
                 user=job.text("user_name"),
-                account=job.text("account", required=False),
-                partition=job.text("partition", required=False),
-                name=job.text("name", required=False),
-                qos=job.text("qos", required=False),
+                **_labels(job),
                 submit_time=job.time("submit_time"),
                 start_time=job.time("start_time"),
                 nodes=nodes,
@@ -367,15 +369,14 @@ class SacctLine(NamedTuple):
     user: str
     exit_code: int
     gpus: int | None
+    # AllocTRES set: the run was given resources (it started); a pending run's line has none.
+    allocated: bool
 
 
-def parse_sacct_text(text: str) -> dict[str, SacctLine]:
-    """`sacct -P -n -o JobIDRaw,User,ExitCode,AllocTRES` -> {job id: SacctLine}.
-
-    With `--duplicates` a requeued job has a line per run, oldest first: the newest run that
-    was allocated (AllocTRES set) stands, as `newest_runs` keeps its JSON record."""
-    out = {}
-    allocated: set[str] = set()
+def parse_sacct_text(text: str) -> dict[str, list[SacctLine]]:
+    """`sacct -P -n -o JobIDRaw,User,ExitCode,AllocTRES` -> {job id: its lines}. With
+    `--duplicates` a requeued job has a line per run, oldest first."""
+    out: dict[str, list[SacctLine]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -390,83 +391,92 @@ def parse_sacct_text(text: str) -> dict[str, SacctLine]:
         if not (ascii_digits(code) and ascii_digits(signal)):
             raise UserError(f"sacct -P line {number}: ExitCode {exit_code!r} is not CODE:SIGNAL")
         gpus = gpu_count(parse_tres(tres, f"sacct -P line {number}"))
-        if job_id in allocated and not tres:
-            continue
-        if tres:
-            allocated.add(job_id)
-        out[job_id] = SacctLine(user, exit_code_from(int(code), int(signal)), gpus)
+        line_of_run = SacctLine(user, exit_code_from(int(code), int(signal)), gpus, bool(tres))
+        out.setdefault(job_id, []).append(line_of_run)
     return out
 
 
-def newest_runs(jobs: list[_Job]) -> list[_Job]:
-    """One entry per job: the run that started last. `sacct --duplicates` lists every run of a
-    requeued job, and Slurm 24.11 lists without it only the newest record, which is a pending
-    run: the run that ended would be lost. A run that never started hides no run that did, and
-    a run still going is left to squeue (`running`) like any running job."""
-    newest: dict[str, tuple[_Job, datetime]] = {}
+def runs_by_job(jobs: list[_Job]) -> dict[str, list[tuple[_Job, datetime | None]]]:
+    """Each job's JSON entries (its runs) with their starts, ordered by start (a run that never
+    started first, runs that started together as listed). `sacct --duplicates` lists every run
+    of a requeued job; Slurm 24.11 lists without it only the newest record, a pending run, and
+    the run that ended would be lost."""
     never = datetime.min.replace(tzinfo=UTC)
+    out: dict[str, list[tuple[_Job, datetime | None]]] = {}
     for job in jobs:
-        job_id = str(job.number("job_id"))
-        start = job.time("time.start") or never
-        before = newest.get(job_id)
-        if before is None or start >= before[1]:
-            newest[job_id] = (job, start)
-    return [job for job, _ in newest.values()]
+        out.setdefault(str(job.number("job_id")), []).append((job, job.time("time.start")))
+    return {job_id: sorted(runs, key=lambda run: run[1] or never) for job_id, runs in out.items()}
+
+
+def lines_of_runs(
+    runs: list[tuple[_Job, datetime | None]], lines: list[SacctLine]
+) -> list[SacctLine | None]:
+    """The text line of each of one job's runs (ordered by start): both outputs list runs
+    oldest first, so the started runs take the allocated lines, newest with newest; a run that
+    never started, or one left without an allocated line, takes the job's last line."""
+    allocated = [line for line in lines if line.allocated]
+    last = lines[-1] if lines else None
+    matched: list[SacctLine | None] = [last] * len(runs)
+    started = [i for i, (_, start) in enumerate(runs) if start]
+    for i, line in zip(reversed(started), reversed(allocated), strict=False):
+        matched[i] = line
+    return matched
 
 
 def parse_sacct(json_text: str, exit_text: str, cluster: str) -> list[JobRecord]:
-    """Ended jobs from `sacct --json`, with user and exit code from `sacct -P` text."""
-    jobs = newest_runs(_load(json_text, "sacct --json"))
+    """Every ended run of the listed jobs from `sacct --json` (a requeued job has several),
+    with user and exit code from `sacct -P` text. Runs still going are left to squeue."""
+    by_job = runs_by_job(_load(json_text, "sacct --json"))
     exits = parse_sacct_text(exit_text)
     records = []
     figures = GpuFigures("sacct")
-    for job in jobs:
-        job_id = str(job.number("job_id"))
-        state = job.state("state.current")
-        if state.holding or state.name == "PENDING":
-            continue
-        if job_id not in exits:
-            raise UserError(f"sacct -P output has no line for job {job_id}; truncated?")
-        text_user, exit_code, text_gpus = exits[job_id]
-        num_gpus = figures.best(
-            job_id,
-            {
-                "tres.allocated": gpu_count(_json_tres(job, "tres.allocated")),
-                "AllocTRES": text_gpus,
-            },
-        )
-        limit_min = job.number("time.limit", required=False)
-        comment = job.get("comment", required=False)
-        interactive, dependencies = comment_fields(
-            comment.get("job") if isinstance(comment, dict) else comment
-        )
-        records.append(
-            JobRecord(
-                job_id=job_id,
-                cluster=cluster,
-                state=state.name,
-                # 22.05 JSON has user null for users without an association; text always has it.
-                user=job.text("user", required=False) or text_user or None,
-                account=job.text("account", required=False),
-                partition=job.text("partition", required=False),
-                name=job.text("name", required=False),
-                qos=job.text("qos", required=False),
-                submit_time=job.time("time.submission"),
-                start_time=job.time("time.start"),
-                end_time=job.time("time.end"),
-                exit_code=exit_code,
-                nodes=job.nodes("nodes"),
-                num_gpus=num_gpus,
-                time_limit_s=limit_min * 60 if limit_min is not None else None,
-                interactive=interactive,
-                dependencies=dependencies,
-                # v0.0.45 `sluid` is this run's (slurmdbd's db_index); `original_sluid`, the first
-                # run's, is the same for every run of a requeued job, so it is not the run's id.
-                sluid=job.sluid("sluid"),
-            )
-        )
+    for job_id, job_runs in by_job.items():
+        for (job, _), line in zip(
+            job_runs, lines_of_runs(job_runs, exits.get(job_id, [])), strict=True
+        ):
+            state = job.state("state.current")
+            if state.holding or state.name == "PENDING":
+                continue
+            if line is None:
+                raise UserError(f"sacct -P output has no line for job {job_id}; truncated?")
+            records.append(_ended_run(job, job_id, state, line, figures, cluster))
     figures.warn()
     return records
+
+
+def _ended_run(
+    job: _Job, job_id: str, state: JobState, line: SacctLine, figures: GpuFigures, cluster: str
+) -> JobRecord:
+    """The record of one ended run of a job, its text line (`sacct -P`) beside it."""
+    num_gpus = figures.best(
+        job_id,
+        {"tres.allocated": gpu_count(_json_tres(job, "tres.allocated")), "AllocTRES": line.gpus},
+    )
+    limit_min = job.number("time.limit", required=False)
+    comment = job.get("comment", required=False)
+    interactive, dependencies = comment_fields(
+        comment.get("job") if isinstance(comment, dict) else comment
+    )
+    return JobRecord(
+        job_id=job_id,
+        cluster=cluster,
+        state=state.name,
+        # 22.05 JSON has user null for users without an association; text always has it.
+        user=job.text("user", required=False) or line.user or None,
+        **_labels(job),
+        submit_time=job.time("time.submission"),
+        start_time=job.time("time.start"),
+        end_time=job.time("time.end"),
+        exit_code=line.exit_code,
+        nodes=job.nodes("nodes"),
+        num_gpus=num_gpus,
+        time_limit_s=limit_min * 60 if limit_min is not None else None,
+        interactive=interactive,
+        dependencies=dependencies,
+        # v0.0.45 `sluid` is this run's (slurmdbd's db_index); `original_sluid`, the first
+        # run's, is the same for every run of a requeued job, so it is not the run's id.
+        sluid=job.sluid("sluid"),
+    )
 
 
 def config_value(text: str, key: str) -> str | None:

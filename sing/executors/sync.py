@@ -8,10 +8,11 @@
   squeue/sacct output raises and leaves the warehouse as it was.
 - Slurm accounts GPU counts, not indices. The per-GPU rows of a job are seen while it runs
   (`running()`); when it ends, those rows are re-sent with its end time.
-- A requeued job keeps its id and starts a new run (Slurm 26.05+ gives it a new SLUID): its
-  `jobs` row is the newest run's (`sluid`, `start_time`), and GPU rows are matched to a run by
-  their start time. Rows of an earlier run still open are closed at the new run's start, the
-  latest the earlier run can have ended (docs/executors.md, "Requeued jobs").
+- A requeued job keeps its id and starts a new run (Slurm 26.05+ gives it a new SLUID): every
+  run that started is a `job_runs` row (key: its start), its `jobs` row is the newest run's
+  (`sluid`, `start_time`), and GPU rows are matched to a run by their start time. Rows of an
+  earlier run still open are closed at the new run's start, the latest the earlier run can
+  have ended (docs/executors.md, "Requeued jobs").
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 
 from sing.executors.base import Executor
-from sing.executors.records import JobRecord, to_tables
+from sing.executors.records import JobRecord, runs_table, to_tables
 from sing.executors.settings import ExecutorSettings
 from sing.schema import table
 from sing.warehouse.store import Warehouse
@@ -60,9 +61,8 @@ def sync(
         if newest
         else now - timedelta(days=settings.first_sync_days)
     )
-    finished = executor.finished(since)
-    done = {r.job_id for r in finished}
-    running = [r for r in executor.running() if r.job_id not in done]
+    ended = executor.finished(since)
+    finished, running, earlier = newest_runs(ended, executor.running())
     records = finished + running
     stored = _stored_gpus(wh, executor.cluster, records)
     new_runs = _new_runs(wh, executor.cluster, records)
@@ -70,8 +70,33 @@ def sync(
     jobs, gpus = to_tables(finished + running, recorded_at=now)
     closed = _earlier_runs_closed(stored, finished + running, new_runs, now)
     wh.append("jobs", jobs)
+    wh.append("job_runs", runs_table(earlier + finished + running, recorded_at=now))
     wh.append("job_gpus", pa.concat_tables([gpus, closed]))
     return SyncResult(since, len(finished), len(running), gpus.num_rows)
+
+
+def newest_runs(
+    ended: list[JobRecord], holding: list[JobRecord]
+) -> tuple[list[JobRecord], list[JobRecord], list[JobRecord]]:
+    """Per job, the run that started last: (the ended ones, the running ones), and the ended
+    runs before them (a requeued job's earlier runs, for `job_runs` only). A requeued job's
+    earlier runs end before its running one starts; a job completing is both ended (sacct) and
+    holding (squeue) with one start, and its ended record wins. A run that never started (a
+    pending job cancelled) hides no run that did."""
+    never = datetime.min.replace(tzinfo=UTC)
+    newest: dict[str, tuple[datetime, bool, JobRecord]] = {}
+    for is_ended, records in ((False, holding), (True, ended)):
+        for record in records:
+            key = (record.start_time or never, is_ended)
+            before = newest.get(record.job_id)
+            if before is None or key >= before[:2]:
+                newest[record.job_id] = (*key, record)
+    chosen = {id(r) for _, _, r in newest.values()}
+    return (
+        [r for _, is_ended, r in newest.values() if is_ended],
+        [r for _, is_ended, r in newest.values() if not is_ended],
+        [r for r in ended if id(r) not in chosen],
+    )
 
 
 def _rows(wh: Warehouse, sql: str, params: list) -> list[dict]:

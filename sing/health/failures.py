@@ -9,7 +9,10 @@ Every finished job gets one failure class from its state (docs/health.md, "Failu
   closed_at, or now while open): the hardware, not the user, ended it;
 - preemption: PREEMPTED or REQUEUED;
 - cancelled: CANCELLED (by anybody).
-Jobs still running or pending, or in a state none of these names, have none (NULL).
+Jobs still running or pending, or in a state none of these names, have none (NULL). A requeued
+job's earlier runs (`job_runs` rows other than the run in `jobs`) count as well, each by its own
+state: a run that ended NODE_FAIL and was requeued is a node failure, one requeued by hand or
+by preemption (REQUEUED, PREEMPTED) a preemption.
 
 Over a window [since, until), counting the jobs that ended in it: jobs and GPU-hours by class
 (GPU-hours lost = the allocated GPU-hours, GPUs x run time, of user_error, timeout,
@@ -71,10 +74,21 @@ LEFT JOIN (
 """
 
 
-# The jobs that ended in [$since, $until), classified, with their allocated GPU-hours.
+# A requeued job's earlier runs, each as a job row with the run's own state, times, nodes and
+# GPUs (the run in `jobs` is left out: it is the job's row).
+EARLIER_RUNS_SQL = """
+SELECT j.* REPLACE (r.state AS state, r.start_time AS start_time, r.end_time AS end_time,
+                    r.nodes AS nodes, r.num_gpus AS num_gpus, r.exit_code AS exit_code)
+FROM job_runs r JOIN jobs j ON j.cluster = r.cluster AND j.job_id = r.job_id
+WHERE r.start_time IS DISTINCT FROM j.start_time
+"""
+
+# The jobs and earlier runs that ended in [$since, $until), classified, with their allocated
+# GPU-hours.
 ENDED_SQL = f"""
 WITH ended AS (
-    SELECT * FROM jobs WHERE end_time >= $since AND end_time < $until
+    SELECT * FROM (SELECT * FROM jobs UNION ALL BY NAME {EARLIER_RUNS_SQL})
+    WHERE end_time >= $since AND end_time < $until
 )
 SELECT cluster, job_id, "user", account, state, nodes, end_time, failure_class,
        coalesce(num_gpus, 0) * coalesce(epoch(end_time - start_time), 0) / 3600 AS gpu_hours
@@ -136,7 +150,7 @@ ORDER BY opened_at, cluster, incident_id
 def snapshot(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
     """A connection holding only the tables the metrics read (not the samples, whose views
     would list every day's files)."""
-    return warehouse.connect(dict.fromkeys(("jobs", "incidents", "nodes")))
+    return warehouse.connect(dict.fromkeys(("jobs", "job_runs", "incidents", "nodes")))
 
 
 def window(since: datetime | None, until: datetime | None, now: datetime) -> dict[str, datetime]:

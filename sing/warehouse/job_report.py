@@ -19,15 +19,26 @@ from typing import Any
 
 import duckdb
 
+from sing import tables
 from sing.config import Thresholds
 from sing.errors import UserError
-from sing.tables import scaled_bytes
+from sing.tables import Column, hours, scaled_bytes
 from sing.warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 
 DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
 GIB = 2**30
+# A requeued job's runs (`job_runs`), oldest first.
+RUN_COLUMNS = (
+    Column("run", "run"),
+    Column("start_time", "start (UTC)"),
+    Column("end_time", "end (UTC)", missing="running"),
+    hours("run_s", "run time", missing="running"),
+    Column("state", "state"),
+    Column("num_gpus", "GPUs"),
+    Column("nodes", "node list", width=40),
+)
 
 
 def load_notes(path: Path | None) -> list[dict[str, str]]:
@@ -105,6 +116,18 @@ def job_report(
             f"""
         SELECT node, tx_bytes, rx_bytes
         FROM ({JOB_RDMA_SQL}) WHERE cluster = $cluster AND job_id = $job_id ORDER BY node
+        """,
+            params=key,
+        )
+        .pl()
+        .to_dicts()
+    )
+    job["runs"] = (
+        con.sql(
+            """
+        SELECT row_number() OVER (ORDER BY start_time) AS run, start_time, end_time,
+               epoch(end_time - start_time) AS run_s, state, exit_code, num_gpus, nodes, sluid
+        FROM job_runs WHERE cluster = $cluster AND job_id = $job_id ORDER BY start_time
         """,
             params=key,
         )
@@ -264,6 +287,9 @@ def render(job: dict[str, Any]) -> str:
                 f"  {r['node']}  sent {scaled_bytes(r['tx_bytes'])}  "
                 f"received {scaled_bytes(r['rx_bytes'])}"
             )
+    if len(job["runs"]) > 1:
+        lines += ["", "Runs (requeued; the figures above are the last run's):"]
+        lines += ["  " + line for line in tables.render(job["runs"], RUN_COLUMNS).splitlines()]
     if job["notes"]:
         lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
     return "\n".join(lines)
