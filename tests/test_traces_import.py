@@ -364,3 +364,61 @@ def test_pai_without_task_table_waiting_jobs_did_not_run(tmp_path):
         ("a", 100.0, 300.0, "completed"),  # start unknown: the submit time, as documented
         ("b", None, None, "pending"),
     ]
+
+
+def test_pod_never_deleted_is_cut_at_the_end_and_keeps_its_gpu_time(tmp_path):
+    """An empty deletion_time means alive at the end (Alibaba 2025): the run is cut at the
+    trace's end (the last time recorded, 100 s), censored, not a pod that never ran."""
+    (tmp_path / "pods.csv").write_text(
+        POD_HEADER + "p1,1,1,1,1000,,LS,Succeeded,0,100,0\np2,1,1,2,1000,,LS,Running,10,,20\n"
+    )
+    out = import_trace("pods", tmp_path / "pods.csv", tmp_path / "t")
+    assert rows(out, "job_id", "start_s", "end_s", "run_s", "state", "censored") == [
+        ("p1", 0.0, 100.0, 100.0, "completed", False),
+        ("p2", 20.0, 100.0, 80.0, "running", True),
+    ]
+    assert figures(out)["gpu_seconds"] == 100 * 1 + 80 * 2
+    assert json.loads((out / "datapackage.json").read_text())["source_gpu_seconds"] == 260
+    assert validate(out) == []
+
+
+def test_pods_created_before_the_trace_start_move_the_release_start(tmp_path):
+    (tmp_path / "pods.csv").write_text(
+        POD_HEADER + "p1,1,1,1,1000,,LS,Succeeded,-50,100,-40\np2,1,1,1,1000,,LS,Failed,10,60,20\n"
+    )
+    out = import_trace("pods", tmp_path / "pods.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "1969-12-31T23:59:10+00:00"  # 50 s before the start
+    assert rows(out, "job_id", "submit_s", "start_s", "end_s", "run_s") == [
+        ("p1", 0.0, 10.0, 150.0, 140.0),
+        ("p2", 60.0, 70.0, 110.0, 40.0),
+    ]
+    assert validate(out) == []
+
+
+@pytest.mark.parametrize("count", ["1.5", "0.5", "2.0000001"])
+def test_fractional_gpu_count_is_refused_not_rounded(tmp_path, count):
+    (tmp_path / "pods.csv").write_text(POD_HEADER + f"p1,1,1,{count},1000,,LS,Running,0,9,0\n")
+    with pytest.raises(UserError, match=f"line 2: column num_gpu: '{count}' is not a whole"):
+        import_trace("pods", tmp_path / "pods.csv", tmp_path / "out")
+
+
+def test_validate_fails_a_release_that_lost_gpu_time_of_its_source(tmp_path, capsys):
+    """The Alibaba 2025 release kept 347,841 of 2,375,875 GPU-hours and was called valid."""
+    out = import_trace("pods", FIXTURES / "openb_pod_list.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    kept = figures(out)["gpu_seconds"]
+    assert package["source_gpu_seconds"] == pytest.approx(kept)
+    package["source_gpu_seconds"] = kept / 0.146
+    (out / "datapackage.json").write_text(json.dumps(package))
+    assert validate(out) == [
+        "GPU-time not conserved: the release holds 10.5 GPU-hours of the source's 72.2 (14.6%)"
+    ]
+    assert main(["trace", "validate", str(out)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+
+
+def test_philly_import_conserves_the_files_gpu_time(tmp_path):
+    out = import_trace("philly", FIXTURES / "philly_jobs.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["source_gpu_seconds"] == pytest.approx(figures(out)["gpu_seconds"])
