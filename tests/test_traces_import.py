@@ -13,7 +13,7 @@ from sing.cli import main
 from sing.errors import UserError
 from tests.shared_data import PHILLY, require
 from traces.importers import import_trace
-from traces.read import SIMULATION_COLUMNS, jobs_for_simulation, read_nodes
+from traces.read import SIMULATION_COLUMNS, read_jobs, read_nodes, simulation_frame
 from traces.swf import write_swf
 from traces.validate import validate
 
@@ -37,7 +37,7 @@ def test_philly_jobs_file_keeps_every_job_and_all_gpu_seconds(tmp_path):
     assert agg["jobs"] == 82_247 == source.height
     assert agg["gpu_seconds"] == source["gpu_time"].sum()  # integers: the sum is exact
     assert validate(out) == []
-    sim = jobs_for_simulation(out)
+    sim = simulation_frame(read_jobs(out))
     assert sim.height == 82_247 and sim["submit_time_s"].is_sorted()
 
 
@@ -184,7 +184,7 @@ def test_swf_export(tmp_path):
 
 def test_jobs_for_simulation_leaves_out_cpu_and_unstarted_jobs(tmp_path):
     out = import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "t")
-    sim = jobs_for_simulation(out)
+    sim = simulation_frame(read_jobs(out))
     assert sim.columns == list(SIMULATION_COLUMNS)
     assert sim.rows() == [
         ("1", "u1", 0.0, 60.0, 1, 1, 1.0, "", None, 30.0),
@@ -422,3 +422,42 @@ def test_philly_import_conserves_the_files_gpu_time(tmp_path):
     out = import_trace("philly", FIXTURES / "philly_jobs.csv", tmp_path / "t")
     package = json.loads((out / "datapackage.json").read_text())
     assert package["source_gpu_seconds"] == pytest.approx(figures(out)["gpu_seconds"])
+
+
+def test_swf_archive_log_known_answer(tmp_path):
+    """A log in the Parallel Workloads Archive's layout: header comments, -1 for unknown, a job
+    cancelled before it ran (status 5, run time -1), a CPU-only one."""
+    out = import_trace("swf", FIXTURES / "ipsc_like.swf", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "1993-10-01T07:00:00+00:00"  # UnixStartTime 749458800
+    assert rows(out, "job_id", "submit_s", "start_s", "end_s", "run_s", "num_gpus", "state") == [
+        ("1", 0.0, 10.0, 110.0, 100.0, 4, "completed"),
+        ("2", 50.0, 50.0, 250.0, 200.0, 8, "completed"),
+        ("3", 60.0, None, None, None, 2, "cancelled"),  # never ran: the requested processors
+        ("4", 100.0, 120.0, 150.0, 30.0, 2, "failed"),
+        ("5", 400.0, 400.0, 450.0, 50.0, 1, "unknown"),  # status -1
+        ("6", 410.0, 415.0, 475.0, 60.0, 0, "completed"),
+    ]
+    assert rows(out, "user", "group", "partition", "time_limit_s")[3:5] == [
+        ("3", "2", "0", None),
+        (None, None, None, None),  # -1: unknown
+    ]
+    assert figures(out)["gpu_seconds"] == package["source_gpu_seconds"] == 2110
+    assert read_nodes(out).num_rows == 8 and set(read_nodes(out)["gpus"].to_pylist()) == {1}
+    assert validate(out) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("1 0 10 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1\n", "line 2: 17 fields, SWF has 18"),
+        ("1 0 -5 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "wait is below 0 and not -1"),
+        ("1 -1 0 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "line 2: submit time is -1"),
+        ("1 0 0 1e 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "column run: '1e' is not a number"),
+    ],
+)
+def test_swf_bad_lines_name_their_line(tmp_path, line, message):
+    (tmp_path / "log.swf").write_text("; UnixStartTime: 0\n" + line)
+    with pytest.raises(UserError, match=message):
+        import_trace("swf", tmp_path / "log.swf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -42,6 +42,7 @@ JOB_COLUMNS = {
     "gpu_model": pl.String,
     "gpu_request": pl.Float64,
     "gpu_model_request": pl.String,
+    "time_limit_s": pl.Int64,
 }
 # A node list's columns, as the format names them or as a source does (Alibaba openb: sn, gpu,
 # model); the first name found of each is read.
@@ -226,7 +227,7 @@ def to_jobs(frame: pl.DataFrame, origin: datetime | None = None) -> tuple[pa.Tab
                partition, num_nodes,
                coalesce(gpus_per_node, CASE WHEN num_nodes > 0 AND num_gpus % num_nodes = 0
                                             THEN num_gpus // num_nodes END) AS gpus_per_node,
-               num_gpus, gpu_model, gpu_request, gpu_model_request,
+               num_gpus, gpu_model, gpu_request, gpu_model_request, time_limit_s,
                {state_sql("state")} IN ('running', 'pending') AS censored
         FROM src ORDER BY submit_s, job_id
         """,
