@@ -223,3 +223,57 @@ def test_validate_against_recorded_starts(
         "--gpus-per-node", "8", "--validate",
     )  # fmt: skip
     assert code == 1 and "no job with a recorded start time" in err
+
+
+def test_censored_share_is_printed_and_include_censored_replays_them_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pod 1 (0.46 GPU, 9,870 s) is alive at the end: 4,540.2 of the 37,960.2 GPU-seconds."""
+    out = tmp_path / "pods"
+    argv = ["trace", "import", "--format", "pods", str(FIXTURES / "openb_pod_list.csv"),
+            "--nodes", str(FIXTURES / "openb_node_list.csv"), "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    code, out_, err = simulate(capsys, "--trace", str(out), "--policy", "fcfs", "--json")
+    assert code == 0, err
+    assert "censored: 1 jobs still running at the end hold 12.0 % of the GPU-time" in err
+    assert "left out; --include-censored replays them cut at the end" in err
+    (row,) = json.loads(out_)["rows"]
+    assert row["censored_gpu_share"] == pytest.approx(0.46 * 9870 / 37_960.2)
+    assert (row["jobs"], row["skipped_censored"], row["censored_replayed"]) == (3, 1, False)
+    starts = tmp_path / "starts.csv"
+    code, out_, err = simulate(
+        capsys, "--trace", str(out), "--policy", "fcfs", "--include-censored", "--json",
+        "--starts-out", str(starts),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "replayed cut at the end (--include-censored)" in err
+    (row,) = json.loads(out_)["rows"]
+    assert (row["jobs"], row["skipped_censored"], row["censored_replayed"]) == (4, 0, True)
+    with starts.open() as f:
+        cut = next(r for r in csv.DictReader(f) if r["job_id"] == "openb-pod-0001")
+    assert float(cut["end_time"]) - float(cut["start_time"]) == 9870.0  # cut at the end
+
+
+def test_swf_log_simulates_as_its_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An archive-style SWF log replays directly with the figures of its imported release,
+    on the cluster its header gives (MaxNodes 8, MaxProcs 8)."""
+    log = FIXTURES / "ipsc_like.swf"
+    assert main(["trace", "import", "--format", "swf", str(log), "--out", str(tmp_path / "t")]) == 0
+    assert "one SWF processor = one GPU-equivalent slot" in capsys.readouterr().out
+    figures = []
+    for trace in (log, tmp_path / "t"):
+        code, out, err = simulate(capsys, "--trace", str(trace), "--json")
+        assert code == 0, err
+        assert "skipped: 1 cpu-only, 1 never ran, 0 censored, 0 cannot fit" in err
+        figures.append([{k: v for k, v in r.items() if k != "jobs_per_s"} for r in out_rows(out)])
+    assert figures[0] == figures[1]
+    fcfs = figures[0][0]
+    # jobs 1, 2, 4, 5: 100 x 4 + 200 x 8 + 30 x 2 + 50 x 1 slot-seconds over 8 slots x 400 s
+    assert (fcfs["jobs"], fcfs["offered_load"]) == (4, pytest.approx(2110 / (8 * 400)))
+
+
+def out_rows(out: str) -> list[dict]:
+    return json.loads(out)["rows"]

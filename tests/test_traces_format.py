@@ -103,3 +103,18 @@ def test_release_of_format_1_1_still_validates(tmp_path):
     (old / "datapackage.json").write_text(json.dumps(package))
     assert validate(old) == [] and read_nodes(old) is None
     assert "gpu_request" not in (old / "jobs.csv").read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize("column", ["submit_s", "start_s", "end_s"])
+def test_negative_times_are_invalid(tmp_path, column):
+    """Times count from release_start: a negative one is before the release began."""
+    jobs = pq.read_table(
+        import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "src")
+        / "jobs.parquet"
+    )
+    values = jobs[column].to_pylist()
+    values[0] = -5.0
+    jobs = jobs.set_column(jobs.schema.get_field_index(column), column, pa.array(values))
+    info = ReleaseInfo(title="bad", release_start=datetime(2020, 4, 1, tzinfo=UTC))
+    out = write_trace(tmp_path / "bad", jobs, info)
+    assert f"jobs.parquet: field {column} has -5.0, below its minimum 0" in validate(out)

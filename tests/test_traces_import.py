@@ -12,7 +12,12 @@ import pytest
 from sing.cli import main
 from sing.errors import UserError
 from sing.traces.importers import import_trace
-from sing.traces.read import SIMULATION_COLUMNS, jobs_for_simulation, read_nodes
+from sing.traces.read import (
+    SIMULATION_COLUMNS,
+    read_jobs,
+    read_nodes,
+    simulation_frame,
+)
 from sing.traces.swf import write_swf
 from sing.traces.validate import validate
 from tests.shared_data import PHILLY, require
@@ -37,7 +42,7 @@ def test_philly_jobs_file_keeps_every_job_and_all_gpu_seconds(tmp_path):
     assert agg["jobs"] == 82_247 == source.height
     assert agg["gpu_seconds"] == source["gpu_time"].sum()  # integers: the sum is exact
     assert validate(out) == []
-    sim = jobs_for_simulation(out)
+    sim = simulation_frame(read_jobs(out))
     assert sim.height == 82_247 and sim["submit_time_s"].is_sorted()
 
 
@@ -184,7 +189,7 @@ def test_swf_export(tmp_path):
 
 def test_jobs_for_simulation_leaves_out_cpu_and_unstarted_jobs(tmp_path):
     out = import_trace("helios", FIXTURES / "helios_cluster_log.csv", tmp_path / "t")
-    sim = jobs_for_simulation(out)
+    sim = simulation_frame(read_jobs(out))
     assert sim.columns == list(SIMULATION_COLUMNS)
     assert sim.rows() == [
         ("1", "u1", 0.0, 60.0, 1, 1, 1.0, "", None, 30.0),
@@ -364,3 +369,100 @@ def test_pai_without_task_table_waiting_jobs_did_not_run(tmp_path):
         ("a", 100.0, 300.0, "completed"),  # start unknown: the submit time, as documented
         ("b", None, None, "pending"),
     ]
+
+
+def test_pod_never_deleted_is_cut_at_the_end_and_keeps_its_gpu_time(tmp_path):
+    """An empty deletion_time means alive at the end (Alibaba 2025): the run is cut at the
+    trace's end (the last time recorded, 100 s), censored, not a pod that never ran."""
+    (tmp_path / "pods.csv").write_text(
+        POD_HEADER + "p1,1,1,1,1000,,LS,Succeeded,0,100,0\np2,1,1,2,1000,,LS,Running,10,,20\n"
+    )
+    out = import_trace("pods", tmp_path / "pods.csv", tmp_path / "t")
+    assert rows(out, "job_id", "start_s", "end_s", "run_s", "state", "censored") == [
+        ("p1", 0.0, 100.0, 100.0, "completed", False),
+        ("p2", 20.0, 100.0, 80.0, "running", True),
+    ]
+    assert figures(out)["gpu_seconds"] == 100 * 1 + 80 * 2
+    assert json.loads((out / "datapackage.json").read_text())["source_gpu_seconds"] == 260
+    assert validate(out) == []
+
+
+def test_pods_created_before_the_trace_start_move_the_release_start(tmp_path):
+    (tmp_path / "pods.csv").write_text(
+        POD_HEADER + "p1,1,1,1,1000,,LS,Succeeded,-50,100,-40\np2,1,1,1,1000,,LS,Failed,10,60,20\n"
+    )
+    out = import_trace("pods", tmp_path / "pods.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "1969-12-31T23:59:10+00:00"  # 50 s before the start
+    assert rows(out, "job_id", "submit_s", "start_s", "end_s", "run_s") == [
+        ("p1", 0.0, 10.0, 150.0, 140.0),
+        ("p2", 60.0, 70.0, 110.0, 40.0),
+    ]
+    assert validate(out) == []
+
+
+@pytest.mark.parametrize("count", ["1.5", "0.5", "2.0000001"])
+def test_fractional_gpu_count_is_refused_not_rounded(tmp_path, count):
+    (tmp_path / "pods.csv").write_text(POD_HEADER + f"p1,1,1,{count},1000,,LS,Running,0,9,0\n")
+    with pytest.raises(UserError, match=f"line 2: column num_gpu: '{count}' is not a whole"):
+        import_trace("pods", tmp_path / "pods.csv", tmp_path / "out")
+
+
+def test_validate_fails_a_release_that_lost_gpu_time_of_its_source(tmp_path, capsys):
+    """The Alibaba 2025 release kept 347,841 of 2,375,875 GPU-hours and was called valid."""
+    out = import_trace("pods", FIXTURES / "openb_pod_list.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    kept = figures(out)["gpu_seconds"]
+    assert package["source_gpu_seconds"] == pytest.approx(kept)
+    package["source_gpu_seconds"] = kept / 0.146
+    (out / "datapackage.json").write_text(json.dumps(package))
+    assert validate(out) == [
+        "GPU-time not conserved: the release holds 10.5 GPU-hours of the source's 72.2 (14.6%)"
+    ]
+    assert main(["trace", "validate", str(out)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+
+
+def test_philly_import_conserves_the_files_gpu_time(tmp_path):
+    out = import_trace("philly", FIXTURES / "philly_jobs.csv", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["source_gpu_seconds"] == pytest.approx(figures(out)["gpu_seconds"])
+
+
+def test_swf_archive_log_known_answer(tmp_path):
+    """A log in the Parallel Workloads Archive's layout: header comments, -1 for unknown, a job
+    cancelled before it ran (status 5, run time -1), a CPU-only one."""
+    out = import_trace("swf", FIXTURES / "ipsc_like.swf", tmp_path / "t")
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "1993-10-01T07:00:00+00:00"  # UnixStartTime 749458800
+    assert rows(out, "job_id", "submit_s", "start_s", "end_s", "run_s", "num_gpus", "state") == [
+        ("1", 0.0, 10.0, 110.0, 100.0, 4, "completed"),
+        ("2", 50.0, 50.0, 250.0, 200.0, 8, "completed"),
+        ("3", 60.0, None, None, None, 2, "cancelled"),  # never ran: the requested processors
+        ("4", 100.0, 120.0, 150.0, 30.0, 2, "failed"),
+        ("5", 400.0, 400.0, 450.0, 50.0, 1, "unknown"),  # status -1
+        ("6", 410.0, 415.0, 475.0, 60.0, 0, "completed"),
+    ]
+    assert rows(out, "user", "group", "partition", "time_limit_s")[3:5] == [
+        ("3", "2", "0", None),
+        (None, None, None, None),  # -1: unknown
+    ]
+    assert figures(out)["gpu_seconds"] == package["source_gpu_seconds"] == 2110
+    assert read_nodes(out).num_rows == 8 and set(read_nodes(out)["gpus"].to_pylist()) == {1}
+    assert validate(out) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("1 0 10 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1\n", "line 2: 17 fields, SWF has 18"),
+        ("1 0 -5 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "wait is below 0 and not -1"),
+        ("1 -1 0 100 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "line 2: submit time is -1"),
+        ("1 0 0 1e 4 -1 -1 4 3600 -1 1 1 1 -1 1 -1 -1 -1\n", "column run: '1e' is not a number"),
+    ],
+)
+def test_swf_bad_lines_name_their_line(tmp_path, line, message):
+    (tmp_path / "log.swf").write_text("; UnixStartTime: 0\n" + line)
+    with pytest.raises(UserError, match=message):
+        import_trace("swf", tmp_path / "log.swf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -26,6 +26,7 @@ from sing.scheduler.validation import VALIDATION, compare_waits
 from sing.scheduler.workload import Trace, load_trace
 from sing.tables import Column, hours, percent, print_json, render
 from sing.times import parse_time
+from sing.traces.read import CensoredLoad
 
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
@@ -64,14 +65,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "simulate",
         help="replay a job trace under scheduling policies and compare them",
-        description="Replay a trace (a release of the open format, simple CSV or the Philly jobs "
-        "file) on a cluster under each policy; [scheduler] settings of the config apply. The "
-        "cluster: the release's node list, --cluster FILE, or --nodes x --gpus-per-node.",
+        description="Replay a trace (a release of the open format, an SWF log, simple CSV or the "
+        "Philly jobs file) on a cluster under each policy; [scheduler] settings of the config "
+        "apply. The cluster: the release's node list (an SWF log's MaxNodes and MaxProcs), "
+        "--cluster FILE, or --nodes x --gpus-per-node.",
     )
     p.add_argument(
         "--trace",
         required=True,
-        help="release directory (or its jobs.parquet / jobs.csv), simple CSV or Philly jobs CSV",
+        help="release directory (or its jobs.parquet / jobs.csv), SWF log (.swf; one processor "
+        "= one GPU), simple CSV or Philly jobs CSV",
+    )
+    p.add_argument(
+        "--include-censored",
+        action="store_true",
+        help="replay jobs still running at the release end, cut there (default: left out)",
     )
     p.add_argument("--cluster", metavar="FILE", help="node list CSV: node,gpus,gpu_model")
     p.add_argument("--nodes", type=int, help="nodes of a uniform cluster")
@@ -101,7 +109,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise UserError(f"--policy {args.policy!r}: choose from {', '.join(POLICIES)}")
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, args.include_censored)
     nodes = cluster_of(args, trace)
     since, until = when(args.since, "--since", trace), when(args.until, "--until", trace)
     windowed = trace.workload.window(since, until)
@@ -113,6 +121,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     skipped = {**trace.skipped, "cannot fit": sum(unfit.values())}
     load = offered_load(workload, cluster.total_gpus, since, until)
     _notes(args.trace, skipped, unfit, len(workload), load, cluster.total_gpus)
+    if trace.censored is not None and trace.censored.jobs:
+        print(censored_line(trace.censored, args.include_censored), file=sys.stderr)
     runs = []
     with Progress("simulate", total=len(policies), unit="policies") as progress:
         for policy in policies:
@@ -121,7 +131,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
         progress.update(len(runs))
     if args.validate:
         return _report_validation(args, runs)
-    extra = {"offered_load": load, **{SKIP_KEYS[k]: n for k, n in skipped.items()}}
+    extra = {
+        "offered_load": load,
+        **{SKIP_KEYS[k]: n for k, n in skipped.items()},
+        **_censored_fields(trace.censored, args.include_censored),
+    }
     rows = [{**summarize(r, settings.starvation_s), **extra} for r in runs]
     if args.starts_out:
         write_starts(runs, Path(args.starts_out))
@@ -205,6 +219,32 @@ def skip_line(skipped: dict[str, int], unfit: Counter[str]) -> str:
         f"{n} {reason}" + (f" ({why})" if reason == "cannot fit" and why else "")
         for reason, n in skipped.items()
     )
+
+
+def censored_line(censored: CensoredLoad, included: bool) -> str:
+    """`censored: 32 jobs still running at the end hold 56.0 % of the GPU-time (...)`: a
+    release whose long jobs are cut may hold much of its load in them."""
+    share = "n/a" if censored.share is None else f"{censored.share:.1%}".replace("%", " %")
+    what = (
+        "replayed cut at the end (--include-censored)"
+        if included
+        else "left out; --include-censored replays them cut at the end"
+    )
+    return (
+        f"censored: {censored.jobs:,} jobs still running at the end hold {share} of the "
+        f"GPU-time ({censored.gpu_seconds / 3600:,.1f} GPU-hours so far): {what}"
+    )
+
+
+def _censored_fields(censored: CensoredLoad | None, included: bool) -> dict:
+    """--json's censored figures: jobs, their share of the GPU-time, whether replayed."""
+    if censored is None:
+        return {}
+    return {
+        "censored_jobs": censored.jobs,
+        "censored_gpu_share": censored.share,
+        "censored_replayed": included,
+    }
 
 
 def write_starts(runs: list[Replay], path: Path) -> None:

@@ -15,6 +15,7 @@ from sing.times import time_option
 from sing.traces import aggregates, linkage
 from sing.traces.export import export_trace
 from sing.traces.importers import FORMATS, import_trace
+from sing.traces.importers.swf import SLOT_NOTE
 from sing.traces.read import read_nodes, read_package, read_table
 from sing.traces.settings import TraceSettings, load_key
 from sing.traces.swf import write_swf
@@ -49,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("import", help="import a public trace into the open format")
     p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("file", help="the source file (Philly: .csv jobs file or .json job log)")
+    p.add_argument(
+        "file", help="the source file (Philly: .csv jobs file or .json job log; SWF: .swf log)"
+    )
     p.add_argument("--out", required=True, help="new directory to write the trace to")
     p.add_argument("--timezone", help="zone of naive times in the source (default per format)")
     p.add_argument(
@@ -150,6 +153,8 @@ def _import(args: argparse.Namespace, config: Config) -> int:
     gpus = 0 if nodes is None else pc.sum(nodes["gpus"]).as_py() or 0
     cluster = "" if nodes is None else f"; {nodes.num_rows} nodes, {gpus} GPUs"
     print(f"wrote {path}: {figures['jobs']} jobs, {figures['gpu_hours']:.1f} GPU-hours{cluster}")
+    if args.format == "swf":
+        print(f"note: {SLOT_NOTE}: its GPU figures are the log's processor figures")
     return 0
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pyarrow as pa
+
 from sing.errors import UserError
 from sing.scheduler.cluster import Node
 from sing.traces.read import read_nodes
@@ -40,14 +42,17 @@ def read_cluster(path: str | Path) -> list[Node]:
 def release_nodes(release: Path) -> list[Node] | None:
     """The node list of a release (its `nodes` resource), or None if it carries none."""
     table = read_nodes(release)
-    if table is None:
-        return None
+    return None if table is None else table_nodes(table, release / "nodes.parquet")
+
+
+def table_nodes(table: pa.Table, source: Path) -> list[Node]:
+    """A `nodes` table of the format (a release's, or the cluster an SWF header describes)."""
     if not {"node", "gpus"} <= set(table.column_names):
-        raise UserError(f"{release}: its nodes table needs the columns node and gpus")
+        raise UserError(f"{source}: its nodes table needs the columns node and gpus")
     models = table["gpu_model"].to_pylist() if "gpu_model" in table.column_names else None
     names, gpus = table["node"].to_pylist(), table["gpus"].to_pylist()
     rows = zip(names, gpus, models or [""] * len(names), strict=True)
-    return _nodes(release / "nodes.parquet", [(n, g, m or "") for n, g, m in rows], first_line=1)
+    return _nodes(source, [(n, g, m or "") for n, g, m in rows], first_line=1)
 
 
 def _nodes(source: Path, rows: list[tuple], first_line: int) -> list[Node]:

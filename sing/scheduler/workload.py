@@ -1,7 +1,7 @@
 """Jobs to replay, as columns, and the trace files they are read from.
 
 The simulator takes a `Workload` (plain lists, one entry per job), so any trace source needs only a
-small adapter that fills these columns. `load_trace` reads three formats:
+small adapter that fills these columns. `load_trace` reads four formats:
 
 - a release of the open format (its directory, or its jobs.parquet / jobs.csv): times count from
   its `release_start`; a `nodes` resource, if present, is its cluster (sing.scheduler.nodelist);
@@ -11,11 +11,15 @@ small adapter that fills these columns. `load_trace` reads three formats:
 - the Philly jobs file (`timestamp,duration,num_gpus,gpu_time,cluster`, e.g.
   ../shared/traces/philly/philly_pollux_jobs.csv): unsorted, naive timestamps read as UTC, no
   user column, so the virtual cluster stands in for the user (VCs are teams), and job ids are
-  `philly-<line>`.
+  `philly-<line>`;
+- a Standard Workload Format log (`.swf`), read by the SWF importer (traces.importers.swf), so
+  it replays as its import does: one processor is one GPU-equivalent slot, times count from the
+  header's UnixStartTime, and MaxNodes/MaxProcs give the cluster.
 
 Jobs the simulator cannot replay are counted, not refused: CPU-only jobs (0 GPUs), jobs that
 never ran (a release's jobs without a run time) and censored ones (still running at the release
-end: their run time is only a lower bound).
+end: their run time is only a lower bound), which are replayed cut at the end on request
+(`include_censored`); `Trace.censored` says how much of the GPU-time they hold.
 """
 
 from __future__ import annotations
@@ -25,11 +29,24 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
+
 from sing.errors import UserError
 from sing.scheduler.cluster import WHOLE, Node
-from sing.scheduler.nodelist import release_nodes
+from sing.scheduler.nodelist import release_nodes, table_nodes
 from sing.times import parse_time
-from sing.traces.read import jobs_file, jobs_for_simulation, read_package, simulation_skips
+from sing.traces.importers import load
+from sing.traces.importers.common import to_jobs
+from sing.traces.read import (
+    CensoredLoad,
+    censored_load,
+    jobs_file,
+    read_jobs,
+    read_package,
+    simulation_columns,
+    simulation_frame,
+    simulation_skips,
+)
 
 SIMPLE_COLUMNS = ("job_id", "user", "submit_time", "duration_s", "num_gpus")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -84,13 +101,17 @@ class Trace:
     origin: float  # epoch seconds of the trace start (windows in seconds count from here)
     nodes: list[Node] | None  # the cluster the trace ran on, if it carries a node list
     skipped: dict[str, int]  # jobs left out, by reason ("cpu-only", "never ran", "censored")
+    censored: CensoredLoad | None = None  # None: the format records no censoring
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Read a release of the open format, a simple CSV or a Philly jobs file."""
+def load_trace(path: str | Path, include_censored: bool = False) -> Trace:
+    """Read a release of the open format, an SWF log, a simple CSV or a Philly jobs file;
+    `include_censored` keeps a release's censored jobs, cut at its end."""
     path = Path(path)
+    if path.suffix.lower() == ".swf":
+        return _read_swf(path, include_censored)
     if path.is_dir() or path.suffix == ".parquet" or _is_release_csv(path):
-        return _read_release(path)
+        return _read_release(path, include_censored)
     workload, skipped = _read_csv(path)
     origin = min(workload.submit) if len(workload) else 0.0
     return Trace(workload, origin, None, skipped)
@@ -109,13 +130,29 @@ def _is_release_csv(path: Path) -> bool:
         return False  # _read_csv says why
 
 
-def _read_release(path: Path) -> Trace:
-    jobs = jobs_for_simulation(path)
+def _read_release(path: Path, include_censored: bool) -> Trace:
     release = path if path.is_dir() else jobs_file(path).parent
     origin, nodes = 0.0, None
     if (release / "datapackage.json").is_file():
         origin = parse_time(read_package(release)["release_start"], "release_start").timestamp()
         nodes = release_nodes(release)
+    return _trace(read_jobs(path), origin, nodes, include_censored)
+
+
+def _read_swf(path: Path, include_censored: bool) -> Trace:
+    """An SWF log as its import would release it (the same jobs, start and cluster)."""
+    source = load("swf", path)
+    table, release_start = to_jobs(source.jobs, source.origin)
+    nodes = None if source.nodes is None else table_nodes(source.nodes, path)
+    jobs = simulation_columns(pl.from_arrow(table))
+    return _trace(jobs, release_start.timestamp(), nodes, include_censored)
+
+
+def _trace(
+    all_jobs: pl.DataFrame, origin: float, nodes: list[Node] | None, include_censored: bool
+) -> Trace:
+    """The replayable jobs of a jobs table whose times count from `origin` (epoch seconds)."""
+    jobs = simulation_frame(all_jobs, include_censored)
     request = jobs["gpu_request"].to_list()
     shares = [_share(r) for r in request]
     limits = jobs["time_limit_s"].to_list()
@@ -132,7 +169,8 @@ def _read_release(path: Path) -> Trace:
         model=jobs["gpu_model_request"].to_list(),
         recorded_start=[None if t is None else origin + t for t in starts],
     )
-    return Trace(workload, origin, nodes, simulation_skips(path))
+    skipped = simulation_skips(all_jobs, include_censored)
+    return Trace(workload, origin, nodes, skipped, censored_load(all_jobs))
 
 
 def _share(gpu_request: float) -> int:

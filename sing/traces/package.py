@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sing.errors import UserError
 from sing.traces import aggregates, sql
+from sing.traces.conservation import PACKAGE_KEY
 from sing.traces.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -53,6 +54,7 @@ class ReleaseInfo:
     source: str = ""  # "sing export" or "import:<format>"
     policy: dict | None = None  # an export's anonymization settings (datapackage.json)
     threat_model: str = ""
+    source_gpu_seconds: float | None = None  # an import's source GPU-time (traces.conservation)
 
 
 def write_trace(
@@ -192,6 +194,7 @@ def _datapackage(info: ReleaseInfo, resources: list[dict], figures: dict) -> dic
         "source": info.source,
         "aggregates": AGGREGATES,
         **({"anonymization": info.policy} if info.policy else {}),
+        **({PACKAGE_KEY: info.source_gpu_seconds} if info.source_gpu_seconds is not None else {}),
         "resources": resources,
     }
 

@@ -4,6 +4,7 @@ replays them."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -72,7 +73,7 @@ def jobs_file(path: str | Path) -> Path:
     return path
 
 
-def _read_jobs(path: str | Path) -> pl.DataFrame:
+def read_jobs(path: str | Path) -> pl.DataFrame:
     """The columns the simulator reads, with the optional ones filled in as empty."""
     file = jobs_file(path)
     if file.suffix == ".parquet":
@@ -96,7 +97,11 @@ def _read_jobs(path: str | Path) -> pl.DataFrame:
     ]
     if missing:
         raise UserError(f"{file}: not a jobs table of the open format (no {', '.join(missing)})")
-    jobs = pl.DataFrame(table)
+    return simulation_columns(pl.DataFrame(table))
+
+
+def simulation_columns(jobs: pl.DataFrame) -> pl.DataFrame:
+    """A jobs table with the optional columns the simulator reads filled in as empty."""
     return jobs.with_columns(
         pl.lit(None, dtype=t).alias(c) for c, t in OPTIONAL.items() if c not in jobs.columns
     )
@@ -108,21 +113,22 @@ def read_nodes(path: str | Path) -> pa.Table | None:
     return read_table(path, "nodes") if "nodes" in listed else None
 
 
-def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
-    """The trace's jobs that ran on GPUs, sorted by submit time, as the simulator needs them.
+def simulation_frame(jobs: pl.DataFrame, include_censored: bool = False) -> pl.DataFrame:
+    """The jobs (`read_jobs`, or an imported source's) that ran on GPUs, sorted by submit time,
+    as the simulator needs them.
 
-    `path`: a release directory or its jobs file (jobs.parquet or jobs.csv). Columns: job_id,
-    user, submit_time_s (seconds since the release start), duration_s (run time), num_gpus,
-    num_nodes (0 where the source did not record it: place the GPUs anywhere), gpu_request (GPUs,
-    fractional for a share of one GPU; num_gpus where not recorded), gpu_model_request ("" =
-    any model), time_limit_s and start_time_s (the recorded start; both may be empty).
-    Jobs that never ran (no run time), used no GPU or were still running at the release end
-    (censored: their run time is only a lower bound) are left out: `simulation_skips` counts them.
+    Columns: job_id, user, submit_time_s (seconds since the release start), duration_s (run
+    time), num_gpus, num_nodes (0 where the source did not record it: place the GPUs anywhere),
+    gpu_request (GPUs, fractional for a share of one GPU; num_gpus where not recorded),
+    gpu_model_request ("" = any model), time_limit_s and start_time_s (the recorded start; both
+    may be empty). Jobs that never ran (no run time) or used no GPU are left out, and so are
+    those still running at the release end (censored: their run time is only a lower bound)
+    unless `include_censored`, which replays them cut at the end: `simulation_skips` counts them.
     """
-    jobs = _read_jobs(path)
     gpus = pl.col("gpu_request").fill_null(pl.col("num_gpus").cast(pl.Float64))
+    kept = _uses_gpus() & pl.col("run_s").is_not_null()
     return (
-        jobs.filter(_uses_gpus() & pl.col("run_s").is_not_null() & ~_censored())
+        jobs.filter(kept if include_censored else kept & ~_censored())
         .select(
             pl.col("job_id"),
             pl.col("user").fill_null(""),
@@ -139,13 +145,35 @@ def jobs_for_simulation(path: str | Path) -> pl.DataFrame:
     )
 
 
-def simulation_skips(path: str | Path) -> dict[str, int]:
-    """How many jobs `jobs_for_simulation` leaves out, and why: cpu-only, never ran, censored."""
-    jobs = _read_jobs(path)
+def simulation_skips(jobs: pl.DataFrame, include_censored: bool = False) -> dict[str, int]:
+    """How many jobs `simulation_frame` leaves out, and why: cpu-only, never ran, censored."""
     gpu = jobs.filter(_uses_gpus())
     never = gpu.filter(pl.col("run_s").is_null()).height
     censored = gpu.filter(pl.col("run_s").is_not_null() & _censored()).height
-    return {"cpu-only": jobs.height - gpu.height, "never ran": never, "censored": censored}
+    return {
+        "cpu-only": jobs.height - gpu.height,
+        "never ran": never,
+        "censored": 0 if include_censored else censored,
+    }
+
+
+@dataclass(frozen=True)
+class CensoredLoad:
+    """The jobs still running at the end and their GPU-time so far: a release whose long jobs
+    are cut holds much of its load there (32 pods, 56% of the GPU-hours of Alibaba's 2023 list)."""
+
+    jobs: int
+    gpu_seconds: float
+    share: float | None  # of the GPU-seconds of all GPU jobs that ran; None when there are none
+
+
+def censored_load(jobs: pl.DataFrame) -> CensoredLoad:
+    ran = jobs.filter(_uses_gpus() & pl.col("run_s").is_not_null()).with_columns(
+        gpu_s=pl.col("run_s") * pl.col("gpu_request").fill_null(pl.col("num_gpus"))
+    )
+    censored = ran.filter(_censored())
+    total, cut = float(ran["gpu_s"].sum()), float(censored["gpu_s"].sum())
+    return CensoredLoad(censored.height, cut, cut / total if total else None)
 
 
 def _censored() -> pl.Expr:

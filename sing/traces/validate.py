@@ -5,7 +5,8 @@ and units are those of the format version it declares; required fields have no e
 enumerations and minimums hold, the primary key is unique; the CSV copy holds the same values as
 the Parquet file. A job's failure class must fit its state (a completed job a success, a failed
 one a user error or node failure, ...), an incident must not close before it opened. Then the
-golden aggregates are recomputed and compared.
+golden aggregates are recomputed and compared, and an imported release must hold the GPU-time its
+source held (`source_gpu_seconds` in datapackage.json, traces.conservation).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from sing.traces import aggregates, sql
+from sing.traces.conservation import PACKAGE_KEY, gpu_time_problem
 from sing.traces.format import FORMAT_VERSION, RESOURCES, Resource
 from sing.traces.package import AGGREGATES, file_digest
 from sing.traces.read import read_package
@@ -75,6 +77,9 @@ def validate(path: str | Path) -> list[str]:
     stored = json.loads(stored_file.read_text())
     actual = aggregates.compute(parquet["jobs"], parquet.get("job_timeseries"))
     problems += aggregates.differences(stored, actual)
+    if package.get(PACKAGE_KEY) is not None:
+        lost = gpu_time_problem(float(package[PACKAGE_KEY]), actual["gpu_seconds"])
+        problems += [lost] if lost else []
     return problems
 
 

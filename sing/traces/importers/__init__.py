@@ -2,7 +2,9 @@
 
 Each source module has `load(path, timezone) -> Source`; `import_trace` turns it into a trace
 directory with the same tables, datapackage.json, datasheet and aggregates as an export, and
-with the `nodes` resource when a node list is given (`--nodes`, any format).
+with the `nodes` resource when a node list is given (`--nodes`, any format) or the source
+describes its cluster (an SWF header). Where the source states its GPU-time, the release must
+hold it (traces.conservation): an import that would lose some writes nothing.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 from importlib import import_module
 from pathlib import Path
 
+from sing.errors import UserError
+from sing.traces import aggregates
+from sing.traces.conservation import gpu_time_problem
 from sing.traces.importers.common import Source, read_nodes, to_jobs
 from sing.traces.package import ReleaseInfo, write_trace
 
-FORMATS = ("philly", "helios", "pai", "acme", "pods")
+FORMATS = ("philly", "helios", "pai", "acme", "pods", "swf")
 
 
 def load(fmt: str, path: str | Path, timezone: str | None = None) -> Source:
@@ -33,8 +38,12 @@ def import_trace(
     """Import a public trace file (and its node list, if any) into a trace directory at
     `out_dir` (atomically)."""
     source = load(fmt, path, timezone)
-    inventory = read_nodes(Path(nodes)) if nodes is not None else None
+    inventory = read_nodes(Path(nodes)) if nodes is not None else source.nodes
     jobs, release_start = to_jobs(source.jobs, source.origin)
+    if source.gpu_seconds is not None:
+        problem = gpu_time_problem(source.gpu_seconds, aggregates.compute(jobs)["gpu_seconds"])
+        if problem:
+            raise UserError(f"{path}: {problem}; nothing written")
     info = ReleaseInfo(
         title=source.title,
         release_start=release_start,
@@ -46,5 +55,6 @@ def import_trace(
             + (" Node names in nodes.csv are the node list's own." if nodes is not None else "")
         ],
         biases=source.biases,
+        source_gpu_seconds=source.gpu_seconds,
     )
     return write_trace(out_dir, jobs, info, nodes=inventory)

@@ -42,6 +42,7 @@ JOB_COLUMNS = {
     "gpu_model": pl.String,
     "gpu_request": pl.Float64,
     "gpu_model_request": pl.String,
+    "time_limit_s": pl.Int64,
 }
 # A node list's columns, as the format names them or as a source does (Alibaba openb: sn, gpu,
 # model); the first name found of each is read.
@@ -63,6 +64,10 @@ class Source:
     # Times counted from the trace's own start (a pod list): that start is the release start,
     # so the source's seconds are the release's. None: midnight UTC of the first submit day.
     origin: datetime | None = None
+    # GPU-seconds the source holds by its own columns: the release must keep them (validate).
+    gpu_seconds: float | None = None
+    # The cluster the source itself describes (an SWF header), used when no --nodes is given.
+    nodes: pa.Table | None = None
 
 
 def read_table(
@@ -102,11 +107,15 @@ def header_file(path: Path) -> list[str]:
 
 def number(df: pl.DataFrame, column: str, path: Path, dtype=pl.Float64) -> pl.Series:
     """A column as finite numbers (whole ones for Int64, in its range); the first value that
-    is not one is an error naming its line."""
+    is not one is an error naming its line. A fraction where a count is due (1.5 GPUs) is an
+    error, never rounded: rounding would change the source's GPU-time."""
     values = df[column].str.strip_chars().cast(pl.Float64, strict=False)
     values = pl.select(pl.when(values.is_finite()).then(values)).to_series()
     if dtype == pl.Int64:
-        values = values.round(0).cast(pl.Int64, strict=False)  # out of range: null, reported
+        _fail_on_unparsed(df, column, values, path, "a number")
+        whole = pl.select(pl.when(values == values.round(0)).then(values)).to_series()
+        _fail_on_unparsed(df, column, whole, path, "a whole number")
+        values = whole.cast(pl.Int64, strict=False)  # out of range: null, reported
     _fail_on_unparsed(df, column, values, path, "a number")
     return values
 
@@ -218,7 +227,7 @@ def to_jobs(frame: pl.DataFrame, origin: datetime | None = None) -> tuple[pa.Tab
                partition, num_nodes,
                coalesce(gpus_per_node, CASE WHEN num_nodes > 0 AND num_gpus % num_nodes = 0
                                             THEN num_gpus // num_nodes END) AS gpus_per_node,
-               num_gpus, gpu_model, gpu_request, gpu_model_request,
+               num_gpus, gpu_model, gpu_request, gpu_model_request, time_limit_s,
                {state_sql("state")} IN ('running', 'pending') AS censored
         FROM src ORDER BY submit_s, job_id
         """,

@@ -42,6 +42,7 @@ def load(path: Path, timezone: str) -> Source:
             "state": pl.Series([None] * df.height, dtype=pl.String),
         }
     )
+    gpu_time = number(df, "gpu_time", path).sum() if "gpu_time" in df.columns else None
     return Source(
         jobs,
         TITLE,
@@ -51,6 +52,7 @@ def load(path: Path, timezone: str) -> Source:
             "of its GPU-seconds); no users, states, queueing delays or node counts.",
             "job_id is the job's line in the source file (philly-000002 = line 2).",
         ],
+        gpu_seconds=gpu_time,
     )
 
 
