@@ -1,8 +1,10 @@
-"""The `sing` command. Each part of the system registers its own subcommands.
+"""The `sing` command: a table of subcommands, each registered by its own module.
 
-A part's `cli` module exposes `register(subparsers)`; the parsers it adds set `func`, which is
-called as `func(args, config) -> int`. Keeping the wiring here and the commands beside their code
-means adding a subcommand never touches another part.
+A command module exposes `register(subparsers)`; the parsers it adds set `func`, which is called
+as `func(args, config) -> int`. The table below names each command's module and one-line help,
+so `sing --help` lists every command without importing any, and a command imports only its own
+module: `sing exporter` on a GPU node (installed without the head node's engines) never loads
+DuckDB, polars or Streamlit, and a head-node command there says which install it needs.
 """
 
 from __future__ import annotations
@@ -15,32 +17,47 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
 
 from sing.config import CONFIG_HELP, Config, ConfigError
 from sing.errors import UsageError, UserError
 
-# Each subcommand and the module that registers it, in the order `sing --help` lists them.
-# Only the module of the command being run is imported, so `sing exporter` on a GPU node does
-# not load DuckDB, polars or Streamlit.
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # registers the command: `register(subparsers)`
+    help: str  # its line in `sing --help`
+
+
+# Every subcommand, in the order `sing --help` lists them.
 COMMANDS = {
-    "warehouse": "sing.cli.warehouse",
-    "report": "sing.cli.reports",
-    "job": "sing.cli.reports",
-    "demo-data": "sing.demo.cli",
-    "simulate": "sing.cli.simulate",
-    "submit": "sing.cli.jobs",
-    "run": "sing.cli.jobs",
-    "jobs": "sing.cli.jobs",
-    "exporter": "sing.exporters.cli",
-    "collector": "sing.cli.collector",
-    "dashboard": "sing.dashboards.cli",
-    "trace": "sing.cli.trace",
-    "demo": "sing.demo.cli",
-    "policy": "sing.cli.policy",
-    "incident": "sing.cli.incident",
-    "health": "sing.cli.health",
-    "doctor": "sing.cli.doctor",
+    "warehouse": Command("sing.cli.warehouse", "import data, query, maintain the warehouse"),
+    "report": Command("sing.cli.reports", "cluster, fairness and efficiency reports"),
+    "job": Command("sing.cli.reports", "one job's efficiency report with notes"),
+    "demo-data": Command("sing.demo.cli", "write a synthetic campus history"),
+    "simulate": Command(
+        "sing.cli.simulate", "replay a job trace under scheduling policies and compare them"
+    ),
+    "submit": Command("sing.cli.jobs", "submit a job profile to the configured executor"),
+    "run": Command("sing.cli.jobs", "run a job profile here, in the foreground"),
+    "jobs": Command("sing.cli.jobs", "job records: sync from the executor, list, cancel"),
+    "exporter": Command(
+        "sing.exporters.cli", "serve this node's GPU, RDMA and job metrics to Prometheus"
+    ),
+    "collector": Command("sing.cli.collector", "scrape exporters into the warehouse on a schedule"),
+    "dashboard": Command(
+        "sing.dashboards.cli", "serve the web dashboards (Streamlit) over the warehouse"
+    ),
+    "trace": Command("sing.cli.trace", "anonymized job traces: export, import, validate"),
+    "demo": Command("sing.demo.cli", "run a live simulated campus cluster end to end"),
+    "policy": Command("sing.cli.policy", "waste policies: check, run a round, the log"),
+    "incident": Command("sing.cli.incident", "hardware and service incidents"),
+    "health": Command("sing.cli.health", "failure metrics and nodes to drain"),
+    "doctor": Command("sing.cli.doctor", "check a GPU node or the head node's setup"),
 }
+# What a head-node command needs that a node install (`pip install sing`) lacks.
+HEAD_ENGINES = ("duckdb", "polars", "deltalake", "pyarrow", "streamlit", "altair", "apscheduler")
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
 
 
@@ -78,11 +95,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Telemetry, accounting and trace analytics for shared campus GPU clusters.",
         global_defaults=True,
     )
+    parser.register("action", "parsers", _CommandList)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
-    for name in modules:
-        importlib.import_module(name).register(subparsers)
+    if command in COMMANDS:
+        _command_module(command).register(subparsers)
+    else:  # the list alone: each command's options come with its module
+        for name in COMMANDS:
+            subparsers.add_parser(name, add_help=False)
     return parser
+
+
+class _CommandList(argparse._SubParsersAction):
+    """The subcommands, each with its line of help from COMMANDS (the modules give none)."""
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        if name in COMMANDS:
+            kwargs.setdefault("help", COMMANDS[name].help)
+        return super().add_parser(name, **kwargs)
+
+
+def _command_module(command: str) -> ModuleType:
+    """The module that registers `command`; on a node install, a head-node command is a UserError
+    naming the install it needs rather than a traceback."""
+    try:
+        return importlib.import_module(COMMANDS[command].module)
+    except ModuleNotFoundError as err:
+        if err.name not in HEAD_ENGINES:
+            raise
+        raise UserError(
+            f"`sing {command}` runs on the head node; this install has only the node agent "
+            f"(no {err.name}): pip install 'sing[head]'"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,16 +150,16 @@ def _interrupted() -> int:
 
 
 def _run(argv: list[str]) -> int:
-    parser = build_parser(_command_in(argv))
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser(_command_in(argv))
+        args = parser.parse_args(argv)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         config = Config.load(args.config)
         with _missing_warehouse_is_an_error():
             code = int(args.func(args, config) or 0)

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "collector",
-        help="scrape exporters into the warehouse on a schedule",
         description="Scrape node exporters (sing, dcgm-exporter, node_exporter) or pull from a "
         "Prometheus server into the warehouse every interval; sync job records; compact.",
     )

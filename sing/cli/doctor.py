@@ -44,7 +44,9 @@ class Finding:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("doctor", help="check a GPU node or the head node's setup")
+    p = subparsers.add_parser(
+        "doctor",
+    )
     p.add_argument("role", choices=("node", "head"), help="what this machine is")
     p.set_defaults(func=cmd_doctor)
 

@@ -20,7 +20,9 @@ from sing.warehouse.store import Warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    incident = subparsers.add_parser("incident", help="hardware and service incidents")
+    incident = subparsers.add_parser(
+        "incident",
+    )
     sub = incident.add_subparsers(dest="incident_command", metavar="ACTION", required=True)
     open_p = sub.add_parser("open", help="open an incident on a node")
     open_p.add_argument("node")

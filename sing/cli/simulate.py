@@ -64,7 +64,6 @@ NATIVE_HINT_JOBS = 10_000
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "simulate",
-        help="replay a job trace under scheduling policies and compare them",
         description="Replay a trace (a release of the open format, an SWF log, simple CSV or the "
         "Philly jobs file) on a cluster under each policy; [scheduler] settings of the config "
         "apply. The cluster: the release's node list (an SWF log's MaxNodes and MaxProcs), "

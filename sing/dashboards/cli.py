@@ -38,7 +38,6 @@ DEMO_WORDS = "Demo mode: no sign-in, anyone may choose any role"
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dashboard",
-        help="serve the web dashboards (Streamlit) over the warehouse",
         description="Serve the dashboards. Identity comes from [dashboard] auth (OIDC sign-in, or "
         "a reverse proxy's header with the proxy's secret); --demo lets visitors in without "
         "signing in, and says so.",

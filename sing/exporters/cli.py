@@ -28,7 +28,6 @@ from sing.exporters.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
-HELP = "serve this node's GPU, RDMA and job metrics to Prometheus"
 DESCRIPTION = (
     "Serve /metrics for Prometheus: NVML GPU metrics, RDMA port traffic and which Slurm job "
     "holds each GPU. Values are read at scrape time."
@@ -36,7 +35,7 @@ DESCRIPTION = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("exporter", help=HELP, description=DESCRIPTION)
+    p = subparsers.add_parser("exporter", description=DESCRIPTION)
     add_arguments(p)
     p.set_defaults(func=run)
 
