@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sing.collector.client import PayloadError, fetch
 from sing.collector.promtext import ParseError, Sample, parse
-from sing.collector.scrape import PayloadError, fetch
 from tests.http_stub import serving
 
 ACCEPTED = [

@@ -225,7 +225,3 @@ def _command_in(argv: list[str]) -> str | None:
         elif not word.startswith("-"):
             return word
     return None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sing.collector.scrape import PayloadError, fetch
+from sing.collector.client import PayloadError, fetch
 from sing.config import Config, ConfigError
 from sing.digits import ascii_digits
 from sing.errors import UserError
@@ -426,7 +426,7 @@ HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH = 62, 64  # OpenSSL's X509_V_ERR_* codes
 
 
 def diagnose(err: Exception, url: str, settings: CollectorSettings) -> Problem:
-    """Turn an error of `sing.collector.scrape.fetch` into what went wrong and how to fix it."""
+    """Turn an error of `sing.collector.client.fetch` into what went wrong and how to fix it."""
     if isinstance(err, PayloadError) and str(err).startswith("HTTP 401"):
         if not settings.basic_auth_username:
             return Problem(

@@ -1,4 +1,5 @@
-"""How the collector connects to its targets: TLS trust, client certificate and basic auth.
+"""How the collector connects to its targets: TLS trust, client certificate and basic auth, and
+one GET of a page with a deadline and a size limit (`fetch`).
 
 The settings mirror a Prometheus scrape config's `tls_config` and `basic_auth`, so an exporter
 protected with `--web.config.file` is scraped by sing's collector and by Prometheus alike. One
@@ -14,8 +15,11 @@ from __future__ import annotations
 
 import base64
 import functools
+import http.client
 import ssl
+import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sing.collector.settings import CollectorSettings
 from sing.config import Config
@@ -75,3 +79,59 @@ def system_context() -> ssl.SSLContext:
 
 
 PLAIN = ScrapeClient()
+
+
+CHUNK = 256 * 1024
+
+
+class PayloadError(Exception):
+    """The target answered, but not with something we accept (status, size, encoding)."""
+
+
+def fetch(url: str, timeout_s: float, max_bytes: int, client: ScrapeClient = PLAIN) -> str:
+    """GET `url`; the whole exchange must finish within `timeout_s` and `max_bytes`."""
+    deadline = time.monotonic() + timeout_s
+    parts = urlsplit(url)
+    conn: http.client.HTTPConnection
+    if parts.scheme == "http" and client.secured:
+        raise PayloadError(
+            "refused plain http: [collector] sets TLS or basic auth (a file_sd __scheme__: http?)"
+        )
+    if parts.scheme == "http":
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    elif parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            parts.hostname, parts.port or 443, timeout=timeout_s, context=client.context()
+        )
+    else:
+        raise PayloadError(f"unsupported scheme {parts.scheme!r} (http or https)")
+    headers = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
+    if client.authorization:
+        headers["Authorization"] = client.authorization
+    try:
+        conn.request(
+            "GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers
+        )
+        sock = conn.sock  # the response closes conn.sock early; the deadline needs the socket
+        response = conn.getresponse()
+        if response.status != 200:
+            raise PayloadError(f"HTTP {response.status} {response.reason}")
+        length = response.getheader("Content-Length")
+        if length and int(length) > max_bytes:
+            raise PayloadError(f"payload of {int(length)} bytes exceeds the {max_bytes} limit")
+        chunks, size = [], 0
+        while chunk := response.read1(CHUNK):
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadError(f"payload exceeds the {max_bytes} byte limit")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no complete payload within {timeout_s:g} s")
+            sock.settimeout(remaining)
+            chunks.append(chunk)
+    finally:
+        conn.close()
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PayloadError(f"payload is not UTF-8 text: {err}") from None

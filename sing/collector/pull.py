@@ -32,9 +32,9 @@ from urllib.parse import urlencode
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sing.collector.client import PayloadError, fetch
 from sing.collector.convert import WANTED, read_node
 from sing.collector.promtext import ParseError, Sample
-from sing.collector.scrape import PayloadError, fetch
 from sing.collector.service import Collector, RoundSummary
 from sing.errors import UserError
 from sing.schema import UTC_TS
