@@ -120,14 +120,20 @@ def fetch(url: str, timeout_s: float, max_bytes: int, client: ScrapeClient = PLA
         if length and int(length) > max_bytes:
             raise PayloadError(f"payload of {int(length)} bytes exceeds the {max_bytes} limit")
         chunks, size = [], 0
-        while chunk := response.read1(CHUNK):
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadError(f"payload exceeds the {max_bytes} byte limit")
+        # Each read may wait only what is left of the deadline. The timeout is set before a
+        # read, never after one: the read that completes the body closes the socket (Python
+        # 3.13 does so at once, and a settimeout then fails with EBADF).
+        while not response.isclosed():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no complete payload within {timeout_s:g} s")
             sock.settimeout(remaining)
+            chunk = response.read1(CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadError(f"payload exceeds the {max_bytes} byte limit")
             chunks.append(chunk)
     finally:
         conn.close()
