@@ -55,7 +55,21 @@ class GpuSignal:
         return f"{self.per_job}_{self.key}"
 
 
-GPU_SIGNALS: tuple[GpuSignal, ...] = ()
+GPU_SIGNALS: tuple[GpuSignal, ...] = (
+    GpuSignal(
+        key="mem_util",
+        metric="sing_gpu_memory_utilization_ratio",
+        help="Share of the last 15 s device memory was read or written.",
+        nvml_call="nvmlDeviceGetUtilizationRates",
+        nvml_field="memory",
+        nvml_samples="NVML_MEMORY_UTILIZATION_SAMPLES",
+        nvml_to_si=0.01,
+        dcgm_names=("DCGM_FI_DEV_MEM_COPY_UTIL",),  # not renamed in DCGM 4.6.0
+        dcgm_unit="%",
+        dcgm_to_si=0.01,
+        label="Memory bandwidth",
+    ),
+)
 
 PER_JOB = ("mean", "max")
 
