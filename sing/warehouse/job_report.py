@@ -100,11 +100,13 @@ def job_report(
         raise UserError(f"job {job_id} has not started (state {state[0]})")
     job = rows.row(0, named=True)
     key = {"cluster": cluster, "job_id": job_id}
-    signals = SIGNAL_FIGURES and con.execute(
-        f"SELECT * EXCLUDE (cluster, job_id) FROM ({JOB_SIGNALS_SQL}) "
-        "WHERE cluster = $cluster AND job_id = $job_id",
-        key,
-    ).fetchall()
+    signals = []  # the registered signals' figures (sing/signals.py), if any are registered
+    if SIGNAL_FIGURES:
+        signals = con.execute(
+            f"SELECT * EXCLUDE (cluster, job_id) FROM ({JOB_SIGNALS_SQL}) "
+            "WHERE cluster = $cluster AND job_id = $job_id",
+            key,
+        ).fetchall()
     figures = signals[0] if signals else (None,) * len(SIGNAL_FIGURES)
     job |= dict(zip(SIGNAL_FIGURES, figures, strict=True))
     job["per_gpu"] = (
