@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sing.signals import GPU_SIGNALS
+
 UTC_TS = pa.timestamp("us", tz="UTC")
 
 
@@ -150,6 +152,8 @@ TABLES: dict[str, Table] = {
                 ("job_id", pa.string()),
                 # The cluster the node belongs to, so every job join is keyed by cluster too.
                 ("cluster", pa.string()),
+                # The registered signals (sing/signals.py), in SI units.
+                *((s.key, getattr(pa, s.arrow_type)()) for s in GPU_SIGNALS),
             ),
             time_column="ts",
             doc="One row per GPU per scrape.",

@@ -104,7 +104,7 @@ def test_gpu_without_nvlink_has_no_nvlink_series_and_no_errors() -> None:
 
 def test_the_fake_imports_nothing_it_checks() -> None:
     code = (
-        "import sys, exporters.fake_nvml, exporters.fake_world\n"
+        "import sys, sing.exporters.fake_nvml, sing.exporters.fake_world\n"
         "print(sorted(m for m in sys.modules if m in ('sing.exporters.gpu', 'sing.exporters.rdma',"
         " 'sing.exporters.jobs', 'sing.exporters.node')))"
     )

@@ -251,7 +251,7 @@ def test_rollups_by_hand_identical_live_and_after_compaction(wh: Warehouse) -> N
 
     result = wh.compact(settle_s=0)
     assert result.merged_files == 3 + 3  # gpu and rdma parts
-    assert result.rollup_days == 4  # one day for each of the four rollups
+    assert result.rollup_days == 5  # one day for each of the five rollups
     (merged,) = day_files(wh, "gpu_samples")
     for name in ("job_gpu_usage", "gpu_hourly", "job_rdma_usage", "node_rdma_hourly"):
         (rolled,) = day_files(wh, name)
@@ -290,7 +290,7 @@ def test_late_sample_makes_rollup_stale_until_next_compaction(wh: Warehouse) -> 
     assert late in hot and len(hot) == 2  # the whole day is aggregated live, one row per key
 
     result = wh.compact(settle_s=0)
-    assert result.rollup_days == 2  # job_gpu_usage and gpu_hourly of that day
+    assert result.rollup_days == 3  # job_gpu_usage, gpu_hourly and job_gpu_signals of that day
     assert day_files(wh, "job_gpu_usage") != rolled
     stored, hot = wh.rollup_sources(ROLLUPS["job_gpu_usage"])
     assert (len(stored), hot) == (1, [])
@@ -517,7 +517,7 @@ def test_old_format_warehouse_is_converted_in_place(tmp_path: Path, version: int
 def test_an_interrupted_upgrade_resumes_and_keeps_every_row(tmp_path: Path, step: str) -> None:
     root = tmp_path / "old"
     old_format_warehouse(root)
-    script = f"from warehouse.store import Warehouse; Warehouse({str(root)!r})"
+    script = f"from sing.warehouse.store import Warehouse; Warehouse({str(root)!r})"
     env = os.environ | {"SING_TEST_CRASH_AT": step}
     killed = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, check=False)
     assert killed.returncode == -signal.SIGKILL

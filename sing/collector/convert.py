@@ -25,6 +25,7 @@ from sing.collector.health import HEALTH_METRICS, HealthValues, add_health
 from sing.collector.promtext import ParseError, Sample
 from sing.infiniband import TRAFFIC, TrafficCounter, traffic_value
 from sing.jobids import lowest_job
+from sing.signals import GPU_SIGNALS
 
 # name -> (gpu_samples column, factor to SI). Columns starting with "_" are helpers.
 GPU_METRICS: dict[str, tuple[str, float]] = {
@@ -35,6 +36,8 @@ GPU_METRICS: dict[str, tuple[str, float]] = {
     "sing_gpu_power_watts": ("power_w", 1.0),
     "sing_gpu_energy_joules_total": ("energy_j", 1.0),
     "sing_gpu_temperature_celsius": ("temp_c", 1.0),
+    # the registered signals (sing/signals.py), already SI
+    **{s.metric: (s.key, 1.0) for s in GPU_SIGNALS},
     # dcgm-exporter's, under every name DCGM 3.x to 4.6 gives them (sing/collector/dcgm_fields.py)
     **{name: (f.target, f.factor) for name, f in dcgm_names("column").items()},
 }
@@ -79,7 +82,9 @@ WANTED = (
     }
 )
 
-INTEGER_COLUMNS = {"mem_used_bytes", "mem_total_bytes"}
+INTEGER_COLUMNS = {"mem_used_bytes", "mem_total_bytes"} | {
+    s.key for s in GPU_SIGNALS if s.arrow_type.startswith(("int", "uint"))
+}
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """dcgm-exporter's series across DCGM 3.x to 4.6: every name a field has had, its unit, and what
-sing makes of it. The one table; sing/collector/convert.py (columns) and sing/collector/health.py
-(signals) are built from it, and docs/collector.md shows it (`markdown_table`).
+sing makes of it. The one table (ending with the series of sing/signals.py's registered signals);
+sing/collector/convert.py (columns) and sing/collector/health.py (signals) are built from it,
+and docs/collector.md shows it (`markdown_table`).
 
 dcgm-exporter names each series after the DCGM field its CSV lists (etc/default-counters.csv),
 so a field's series name is the DCGM name the site's CSV uses. DCGM 4.6.0 renamed many fields
@@ -13,6 +14,8 @@ percent, despite its name (dcgmlib/src/dcgm_fields.cpp: DCGM_FT_INT64, 0-100).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from sing.signals import GPU_SIGNALS
 
 MIB = 1024 * 1024
 
@@ -197,6 +200,14 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "always ns (dcgm_fields.h); the CSV help said 'in us' until 4.4.2-4.7.1 (a text fix, "
         "not a unit change)",
     ),
+)
+
+
+# The registered signals' dcgm-exporter series (sing/signals.py), after the fields above.
+DCGM_FIELDS += tuple(
+    DcgmField(s.dcgm_names, s.dcgm_unit, s.dcgm_to_si, "column", s.key, "sing/signals.py")
+    for s in GPU_SIGNALS
+    if s.dcgm_names
 )
 
 

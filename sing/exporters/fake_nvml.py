@@ -42,6 +42,7 @@ import yaml
 from sing.errors import UserError
 from sing.exporters.errors import NVML_ERROR_CODES
 from sing.exporters.recording import load_recording
+from sing.signals import GPU_SIGNALS, GpuSignal
 
 DEFAULT_DESCRIPTION = Path(__file__).with_name("default_node.yaml")
 REFRESH_SECONDS = 0.1  # how stale an evaluated GPU state may be; bounds the cost per scrape
@@ -84,17 +85,43 @@ GPM_KEYS = {
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy",
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
 }
+# The driver's sample buffers (nvmlDeviceGetSamples): kind -> (state key, SI per NVML unit);
+# a registered signal (sing/signals.py) that names one is sampled as utilisation is.
+SAMPLED = {
+    pynvml.NVML_GPU_UTILIZATION_SAMPLES: ("util", 0.01),
+    **{
+        getattr(pynvml, s.nvml_samples): (s.key, s.nvml_to_si)
+        for s in GPU_SIGNALS
+        if s.nvml_samples
+    },
+}
+# NVML calls that read registered signals -> those signals (answered from the state, in NVML's
+# units; the fake's own methods below add them to the answers they already give).
+SIGNAL_CALLS: dict[str, list[GpuSignal]] = {}
+for _signal in GPU_SIGNALS:
+    SIGNAL_CALLS.setdefault(_signal.nvml_call, []).append(_signal)
+# What the fake driver samples once a period.
+ACTIVITY_KEYS = ("util", *GPM_KEYS.values(), *(key for key, _ in SAMPLED.values()))
 SAMPLE_PERIOD_S = 1.0  # the fake driver's activity samples (a real one: 1/6 s to 1 s)
 SAMPLES_KEPT = 120  # a driver keeps a bounded buffer of recent samples
 
 
 @dataclass
 class ActivitySample:
-    """What the fake driver saw at one sample time; `util` is as nvmlDeviceGetSamples gives it."""
+    """What the fake driver saw at one sample time."""
 
     t: float
-    values: dict[str, float | None]  # util, sm_active, sm_occupancy, tensor_active (0-1)
-    util: SimpleNamespace | None
+    values: dict[str, float | None]  # util, GPM and sampled signals' values (SI)
+
+    def sample(self, key: str, to_si: float) -> SimpleNamespace | None:
+        """The value of `key` as nvmlDeviceGetSamples gives it (a double, so averages stay
+        unrounded); None when the state has none."""
+        value = self.values.get(key)
+        if value is None:
+            return None
+        return SimpleNamespace(
+            timeStamp=round(self.t * 1e6), sampleValue=SimpleNamespace(dVal=value / to_si)
+        )
 
 
 def load_yaml(path: str | Path, what: str) -> dict[str, Any]:
@@ -391,18 +418,13 @@ class FakeNvml:
             t = self.start + k * SAMPLE_PERIOD_S
             if raw is None:
                 state = {**self._replayed(index, t), **overrides}
-                values = {key: state.get(key) for key in ("util", *GPM_KEYS.values())}
+                values = {key: state.get(key) for key in ACTIVITY_KEYS}
             else:
                 util = evaluate(raw.get("util", 0.0), t - self.start, 0.0, stagger)
                 values = {key: evaluate(raw.get(key), t - self.start, util, stagger)
-                          for key in GPM_KEYS.values()}  # fmt: skip
+                          for key in ACTIVITY_KEYS}  # fmt: skip
                 values["util"] = util
-            util_sample = None
-            if values["util"] is not None:
-                util_sample = SimpleNamespace(
-                    timeStamp=round(t * 1e6), sampleValue=SimpleNamespace(dVal=values["util"] * 100)
-                )
-            samples.append(ActivitySample(t, values, util_sample))
+            samples.append(ActivitySample(t, values))
         return samples
 
     def _value(self, handle: FakeHandle, key: str, reading: str) -> Any:
@@ -447,19 +469,51 @@ class FakeNvml:
         return self._value(h, "minor", "minor")
 
     def nvmlDeviceGetSamples(self, h: FakeHandle, kind: int, last_seen: int):  # noqa: N802
-        """The kept samples newer than `last_seen` (as doubles, so averages stay unrounded)."""
-        self._value(h, "util", "util")  # raises the injected error, if any
-        samples = [
-            s.util
-            for s in self._sampled(h.index)
-            if s.util is not None and s.util.timeStamp > last_seen
-        ]
+        """The kept samples of `kind` newer than `last_seen` (as doubles, so averages stay
+        unrounded)."""
+        if kind not in SAMPLED:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        key, to_si = SAMPLED[kind]
+        self._value(h, key, key)  # raises the injected error, or NOT_SUPPORTED without a value
+        found = [s.sample(key, to_si) for s in self._sampled(h.index)]
+        samples = [s for s in found if s is not None and s.timeStamp > last_seen]
         if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return pynvml.NVML_VALUE_TYPE_DOUBLE, samples
 
     def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
-        return SimpleNamespace(gpu=round(self._value(h, "util", "util") * 100), memory=0)
+        """GPU utilisation, and the registered signals read from this call (the memory's)."""
+        gpu = round(self._value(h, "util", "util") * 100)
+        return SimpleNamespace(gpu=gpu, **self._signal_members(h, "nvmlDeviceGetUtilizationRates"))
+
+    def _signal_members(self, h: FakeHandle, call: str) -> dict[str, int]:
+        """The members of `call`'s answer that registered signals read, in NVML's units; a
+        signal the state has no value for is left out."""
+        members = {}
+        for signal in SIGNAL_CALLS.get(call, []):
+            try:
+                members[signal.nvml_field] = round(
+                    self._value(h, signal.key, signal.key) / signal.nvml_to_si
+                )
+            except pynvml.NVMLError as err:
+                if err.value != pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    raise
+        return members
+
+    def __getattr__(self, name: str) -> Callable[[FakeHandle], Any]:
+        """An NVML call that only registered signals read (sing/signals.py), answered from the
+        state: the value itself, or an answer with the signals' members."""
+        signals = SIGNAL_CALLS.get(name)
+        if not signals:
+            raise AttributeError(name)
+
+        def call(h: FakeHandle) -> Any:
+            if not signals[0].nvml_field:
+                signal = signals[0]
+                return round(self._value(h, signal.key, signal.key) / signal.nvml_to_si)
+            return SimpleNamespace(**self._signal_members(h, name))
+
+        return call
 
     def nvmlDeviceGetMemoryInfo(self, h: FakeHandle) -> SimpleNamespace:  # noqa: N802
         total = self._value(h, "memory_total", "memory")

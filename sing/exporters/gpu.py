@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -27,6 +28,7 @@ import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sing.exporters.errors import ErrorCounter, nvml_error_kind
+from sing.signals import GPU_SIGNALS, GpuSignal
 
 log = logging.getLogger(__name__)
 
@@ -318,23 +320,34 @@ class GpuSource:
         The driver keeps a buffer of samples (one per 1/6 s to 1 s, by product) stamped in
         wall-clock microseconds; asking for those after now - window needs no state.
         """
+        percent = self._window_mean(d, pynvml.NVML_GPU_UTILIZATION_SAMPLES)
+        if percent is None:
+            percent = self.nvml.nvmlDeviceGetUtilizationRates(d.handle).gpu
+        return {"util": percent / 100}
+
+    def _window_mean(self, d: _Device, kind: int) -> float | None:
+        """The mean of the driver's samples of `kind` (NVML_*_SAMPLES) over the trailing
+        window, in NVML's unit; None when the driver has none."""
         since_us = int((self.clock() - ACTIVITY_WINDOW_S) * 1e6)
         try:
-            value_type, samples = self.nvml.nvmlDeviceGetSamples(
-                d.handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since_us
-            )
+            value_type, samples = self.nvml.nvmlDeviceGetSamples(d.handle, kind, since_us)
         except pynvml.NVMLError as err:
             if err.value not in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED):
                 raise
-            samples = []
-        percents = [
-            union_value(s.sampleValue, value_type) for s in samples if s.timeStamp > since_us
-        ]
-        if percents:
-            percent = sum(percents) / len(percents)
-        else:
-            percent = self.nvml.nvmlDeviceGetUtilizationRates(d.handle).gpu
-        return {"util": percent / 100}
+            return None
+        values = [union_value(s.sampleValue, value_type) for s in samples if s.timeStamp > since_us]
+        return sum(values) / len(values) if values else None
+
+    def _signal(self, d: _Device, signal: GpuSignal) -> dict[str, Any]:
+        """A registered signal (sing/signals.py): the window's mean of its samples where the
+        driver keeps them, else its NVML call's answer; in SI units."""
+        value = None
+        if signal.nvml_samples:
+            value = self._window_mean(d, getattr(pynvml, signal.nvml_samples))
+        if value is None:
+            answer = getattr(self.nvml, signal.nvml_call)(d.handle)
+            value = getattr(answer, signal.nvml_field, None) if signal.nvml_field else answer
+        return {} if value is None else {signal.key: value * signal.nvml_to_si}
 
     def _memory(self, d: _Device) -> dict[str, Any]:
         info = self.nvml.nvmlDeviceGetMemoryInfo(d.handle)
@@ -535,6 +548,8 @@ _READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...]
     ("mig", GpuSource._mig),
     ("processes", GpuSource._processes),
     ("xids", GpuSource._xids),
+    # the registered signals (sing/signals.py), one reading each
+    *((s.key, functools.partial(GpuSource._signal, signal=s)) for s in GPU_SIGNALS),
 )
 # Read only with health readings on, every scrape: the clocks' state now.
 _HEALTH_READERS: tuple[tuple[str, Callable[[GpuSource, _Device], dict[str, Any]]], ...] = (
@@ -580,6 +595,7 @@ GAUGES = {
         "Why the clocks are held down now, NVML's bitmask (nvmlClocksEventReason*: 0x1 idle, "
         "0x4 power cap, 0x8 hw slowdown, 0x20 sw thermal, 0x40 hw thermal, 0x80 power brake).",
     ),
+    **{s.key: (s.metric, s.help) for s in GPU_SIGNALS},  # sing/signals.py
 }
 COUNTERS = {
     "energy_j": ("sing_gpu_energy_joules", "Energy used since the driver loaded."),

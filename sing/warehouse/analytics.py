@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from sing.jobids import job_order_sql
+from sing.signals import GPU_SIGNALS, GpuSignal
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_sql
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 
@@ -68,6 +69,21 @@ GROUP BY ALL
 
 
 JOB_RDMA_SQL = job_rdma_sql()
+
+
+def _signal_figure(s: GpuSignal) -> str:
+    if s.per_job == "max":
+        return f"max({s.key}_max) AS {s.figure}"
+    return f"sum({s.key}_sum) / nullif(sum({s.key}_samples), 0) AS {s.figure}"
+
+
+# Per job: the registered signals' figures (sing/signals.py) over the job's whole life, a mean
+# over all its GPUs' samples or the maximum; NULL where no sample had the signal.
+JOB_SIGNALS_SQL = f"""
+SELECT cluster, job_id{"".join(", " + _signal_figure(s) for s in GPU_SIGNALS)}
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_signals)
+GROUP BY ALL
+"""
 
 # Versions of each node of the inventory: a version holds from `valid_from` (-infinity for rows
 # without one: since the beginning) until the node's next version (+infinity for the newest);

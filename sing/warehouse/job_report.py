@@ -22,12 +22,15 @@ import duckdb
 from sing import tables
 from sing.config import Thresholds
 from sing.errors import UserError
+from sing.signals import GPU_SIGNALS, GpuSignal
 from sing.tables import Column, hours, scaled_bytes
-from sing.warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL
+from sing.warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL, JOB_SIGNALS_SQL
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 
 DEFAULT_NOTES = Path(__file__).with_name("job_notes.toml")
+# The registered signals' per-job figures (sing/signals.py), e.g. mean_mem_util.
+SIGNAL_FIGURES = tuple(s.figure for s in GPU_SIGNALS)
 GIB = 2**30
 # A requeued job's runs (`job_runs`), oldest first.
 RUN_COLUMNS = (
@@ -97,6 +100,15 @@ def job_report(
         raise UserError(f"job {job_id} has not started (state {state[0]})")
     job = rows.row(0, named=True)
     key = {"cluster": cluster, "job_id": job_id}
+    signals = []  # the registered signals' figures (sing/signals.py), if any are registered
+    if SIGNAL_FIGURES:
+        signals = con.execute(
+            f"SELECT * EXCLUDE (cluster, job_id) FROM ({JOB_SIGNALS_SQL}) "
+            "WHERE cluster = $cluster AND job_id = $job_id",
+            key,
+        ).fetchall()
+    figures = signals[0] if signals else (None,) * len(SIGNAL_FIGURES)
+    job |= dict(zip(SIGNAL_FIGURES, figures, strict=True))
     job["per_gpu"] = (
         con.sql(
             f"""
@@ -245,6 +257,7 @@ _FIGURE_NAMES = (
     "gpu_mem_gib",
     "run_s",
     "queue_s",
+    *SIGNAL_FIGURES,
 )
 
 
@@ -272,6 +285,7 @@ def render(job: dict[str, Any]) -> str:
         f"GPU utilization  {_bar(job['mean_util'])}{_beside(coverage_words(job['coverage']))}"
         f"  SM activity  {_bar(job['mean_sm_active'])}",
         f"Peak GPU memory  {_memory(job['peak_mem_bytes'], job['gpu_mem_bytes'])}",
+        *(_signal_line(s, job.get(s.figure)) for s in GPU_SIGNALS),
         "",
         "Per GPU:",
     ]
@@ -293,6 +307,14 @@ def render(job: dict[str, Any]) -> str:
     if job["notes"]:
         lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
     return "\n".join(lines)
+
+
+def _signal_line(signal: GpuSignal, value: float | None) -> str:
+    """A registered signal's per-job figure: a bar for a ratio, else the number and its unit."""
+    label = f"{signal.label or signal.key} ({signal.per_job})"
+    if signal.shown_as == "ratio":
+        return f"{label:<16} {_bar(value)}"
+    return f"{label:<16} {'n/a' if value is None else f'{value:.4g} {signal.shown_as}'}"
 
 
 def _bar(ratio: float | None, width: int = 20) -> str:

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from sing.signals import GPU_SIGNALS
+
 # A sample below this utilisation counts as an idle sample (the GPU did essentially nothing).
 IDLE_SAMPLE_UTIL = 0.01
 
@@ -43,6 +45,18 @@ class Rollup:
     source: str  # the sample table it summarises
     select: str  # SQL over the relation named `src`
     doc: str
+    # Its columns follow sing/signals.py, so files written by an older sing lack the newest:
+    # its view reads its files by column name (each file's footer at every connect).
+    grows: bool = False
+
+
+def _signal_sums() -> str:
+    """Per registered signal (sing/signals.py): sum, count and maximum of its samples."""
+    return "".join(
+        f"sum({s.key}) AS {s.key}_sum, count({s.key}) AS {s.key}_samples, "
+        f"max({s.key}) AS {s.key}_max, "
+        for s in GPU_SIGNALS
+    )
 
 
 ROLLUPS: dict[str, Rollup] = {
@@ -120,6 +134,18 @@ ROLLUPS: dict[str, Rollup] = {
             GROUP BY ALL
             """,
             "Per node and hour: RDMA bytes sent and received.",
+        ),
+        Rollup(
+            "job_gpu_signals",
+            "gpu_samples",
+            f"""
+            SELECT cluster, job_id, node, gpu_index, ts::DATE AS day, {_signal_sums()}
+                   count(*) AS samples
+            FROM src WHERE job_id IS NOT NULL
+            GROUP BY ALL
+            """,
+            "Per job, GPU and day: sums, counts and maxima of the registered signals.",
+            grows=True,
         ),
     )
 }

@@ -431,12 +431,14 @@ def _create_rollup_view(
 ) -> None:
     live = rollup.select.replace("FROM src", f"FROM {source_sql(con, table(rollup.source), hot)}")
     # Stored files all have the rollup's columns (this sing wrote them; the upgrade rewrote older
-    # ones), so no union by name, which would read every file's footer at each connect. Their
-    # `day` is the Delta partition, so it comes from the path as in every Delta reader.
+    # ones), so no union by name, which would read every file's footer at each connect; except
+    # in a rollup that grows with sing/signals.py. Their `day` is the Delta partition, so it
+    # comes from the path as in every Delta reader.
     if stored:
+        by_name = ", union_by_name = true" if rollup.grows else ""
         query = (
             f"SELECT * FROM read_parquet({sql_list(stored)}, hive_partitioning = true, "
-            "hive_types = {'day': DATE}) "
+            f"hive_types = {{'day': DATE}}{by_name}) "
             f"UNION ALL BY NAME {live}"
         )
     else:
