@@ -28,6 +28,7 @@ def test_l4_idle_page_in_si_units() -> None:
         0: {
             "gpu_uuid": uuid,
             "util": 0.0,  # DCGM_FI_DEV_GPU_UTIL 0
+            "mem_util": 0.0,  # DCGM_FI_DEV_MEM_COPY_UTIL 0
             "mem_used_bytes": 0,  # DCGM_FI_DEV_FB_USED 0
             "mem_total_bytes": (0 + 22563 + 470) * MIB,  # used + FB_FREE + FB_RESERVED
             "power_w": pytest.approx(16.365),  # DCGM_FI_DEV_POWER_USAGE 16.365000
@@ -54,6 +55,7 @@ def test_t4_page_under_load_in_si_units() -> None:
         0: {
             "gpu_uuid": uuid,
             "util": pytest.approx(0.91),  # DCGM_FI_DEV_GPU_UTIL 91
+            "mem_util": pytest.approx(0.73),  # DCGM_FI_DEV_MEM_COPY_UTIL 73
             "mem_used_bytes": 5120 * MIB,  # DCGM_FI_DEV_FB_USED 5120
             "mem_total_bytes": (5120 + 9791 + 447) * MIB,  # used + free + reserved: 15358 MiB
             "power_w": pytest.approx(68.244),
@@ -68,25 +70,28 @@ def test_t4_page_under_load_in_si_units() -> None:
 MIG_PAGE = "a100-mig-driver-520.56.06.txt"
 
 
-def test_a100_mig_page_is_read_and_its_instance_series_are_skipped() -> None:
+def test_a100_mig_page_gives_the_physical_gpu_its_whole_card_values() -> None:
     """Every series of a GPU in MIG mode carries GPU_I_ID (dcgm-exporter watches the instances,
-    not the GPU): sing's rows are per physical GPU, so none is made (docs/collector.md: MIG-
-    instance series skipped). DCGM_FI_DEV_XID_ERRORS, the last XID, is not read."""
+    not the GPU). The card's own values, which each instance repeats (power, energy,
+    temperature), make the physical GPU's row; an instance's memory is its share, left out
+    (docs/collector.md). DCGM_FI_DEV_XID_ERRORS, the last XID, is not read."""
     text = (PAGES / MIG_PAGE).read_text()
     assert not text.endswith("\n")  # as captured
     samples = parse(text, WANTED)
     assert len(samples) == 6 * 3  # FB_FREE/USED, GPU_TEMP, POWER, ENERGY, PCIE_REPLAY x 3 instances
     assert {s.labels["GPU_I_PROFILE"] for s in samples} == {"1g.5gb", "2g.10gb"}
     reading = read_node(samples)
-    assert (reading.gpus, reading.models, reading.health) == ({}, {}, {})
+    assert reading.gpus == {
+        0: {
+            "gpu_uuid": "GPU-7099682b-a20d-2bcc-74ab-b9060454d81e",
+            "power_w": pytest.approx(116.163),  # the last instance's reading (2g.10gb, id 5)
+            "energy_j": pytest.approx(57_585.599),  # 57585599 mJ
+            "temp_c": 37.0,
+        }
+    }
+    assert reading.models == {0: "NVIDIA A100-SXM4-40GB"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a GPU wholly in MIG mode leaves no trace: every series has GPU_I_ID, so "
-    "sing/collector/convert.py skips them all and NodeReading.hardware() says the payload names "
-    "no GPU, although each series has gpu=0 and modelName (the node inventory loses the A100)",
-)
 def test_a100_mig_page_still_names_the_gpu_for_the_inventory() -> None:
     hardware = read(MIG_PAGE).hardware()
     assert hardware is not None

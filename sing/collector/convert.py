@@ -42,6 +42,11 @@ GPU_METRICS: dict[str, tuple[str, float]] = {
     **{name: (f.target, f.factor) for name, f in dcgm_names("column").items()},
 }
 
+# A GPU in MIG mode: dcgm-exporter sends every field once per instance (label GPU_I_ID). These
+# are the whole card's (each instance repeats them), so they make the physical GPU's row; the
+# others (utilisation, SM activity, memory) are one instance's share and are left out.
+MIG_DEVICE_COLUMNS = frozenset({"power_w", "energy_j", "temp_c"})
+
 # name -> rdma_samples column, for sing's exporter (it applied the InfiniBand rule already).
 RDMA_METRICS: dict[str, str] = {
     "sing_rdma_transmit_bytes_total": "tx_bytes",
@@ -171,8 +176,9 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
 
 
 def _add_gpu_value(reading: NodeReading, s: Sample) -> None:
-    if s.labels.get("GPU_I_ID"):
-        return  # a MIG instance of dcgm-exporter; rows are per physical GPU
+    column, factor = GPU_METRICS[s.name]
+    if s.labels.get("GPU_I_ID") and column not in MIG_DEVICE_COLUMNS:
+        return  # one MIG instance's share: rows are per physical GPU, and shares are not summed
     index = _int_label(s, "gpu")
     row = reading.gpus.setdefault(index, {})
     uuid = s.labels.get("uuid") or s.labels.get("UUID")
@@ -182,7 +188,6 @@ def _add_gpu_value(reading: NodeReading, s: Sample) -> None:
         _stamp_job(reading, index, s.labels["hpc_job"])
     if s.labels.get("modelName"):  # dcgm-exporter
         reading.models.setdefault(index, s.labels["modelName"])
-    column, factor = GPU_METRICS[s.name]
     if not math.isfinite(s.value):
         return
     value = s.value * factor
