@@ -45,11 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sing.exporters.basicauth import BasicAuth  # noqa: E402
-from sing.exporters.fake_nvml import FakeNvml, load_description  # noqa: E402
-from sing.exporters.fake_world import FakeWorld  # noqa: E402
 from sing.exporters.node import NodeCollector, node_registry  # noqa: E402
 from sing.exporters.web import serve  # noqa: E402
 from sing.exporters.webconfig import load_web_config  # noqa: E402
+from sing.testing.fake_nvml import FakeNvml, load_description  # noqa: E402
+from sing.testing.fake_world import FakeWorld  # noqa: E402
 from tests.pki import Pki, make_pki  # noqa: E402
 
 HTTP_SCRAPES = 200

@@ -4,7 +4,7 @@ A signal declared here needs no other code. Each part of sing reads this table:
 
 - the exporter (sing/exporters/gpu.py) reads it from NVML, converts it to SI and serves it as
   a gauge `{gpu, uuid}`;
-- the fake NVML (sing/exporters/fake_nvml.py) answers the same NVML call from the GPU's
+- the fake NVML (sing/testing/fake_nvml.py) answers the same NVML call from the GPU's
   scripted state (the description's key `key`, in SI units), in NVML's raw units;
 - the collector (sing/collector/convert.py, dcgm_fields.py) maps sing's series and
   dcgm-exporter's to the `gpu_samples` column `key`;
@@ -14,7 +14,7 @@ A signal declared here needs no other code. Each part of sing reads this table:
   job_notes.toml may use it too).
 
 So adding a signal touches this file and, for the demo's fake nodes to script it,
-sing/exporters/default_node.yaml (docs/architecture.md, "Adding a signal, report or rule").
+sing/testing/default_node.yaml (docs/architecture.md, "Adding a signal, report or rule").
 Signals that need more than one NVML call and a factor (GPM activity, counters, health flags)
 are written out by hand in those modules.
 

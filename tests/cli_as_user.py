@@ -17,8 +17,8 @@ import pytest
 CHILD = """
 import importlib, os, pwd, sys
 import sing.cli
-for module in dict.fromkeys(sing.cli.COMMANDS.values()):
-    importlib.import_module(module)
+for command in sing.cli.COMMANDS.values():
+    importlib.import_module(command.module)
 nobody = pwd.getpwnam("nobody")
 os.setgroups([])
 os.setgid(nobody.pw_gid)

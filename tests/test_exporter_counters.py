@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from sing.exporters.errors import ErrorCounter
-from sing.exporters.fake_nvml import FakeNvml, StateFile, load_description
 from sing.exporters.gpu import GpuSource
+from sing.testing.fake_nvml import FakeNvml, StateFile, load_description
 from tests.test_exporter_fake import Clock, sample, world_registry
 from tests.test_exporter_golden import FIXTURES, NOW
 
@@ -104,7 +104,7 @@ def test_gpu_without_nvlink_has_no_nvlink_series_and_no_errors() -> None:
 
 def test_the_fake_imports_nothing_it_checks() -> None:
     code = (
-        "import sys, sing.exporters.fake_nvml, sing.exporters.fake_world\n"
+        "import sys, sing.testing.fake_nvml, sing.testing.fake_world\n"
         "print(sorted(m for m in sys.modules if m in ('sing.exporters.gpu', 'sing.exporters.rdma',"
         " 'sing.exporters.jobs', 'sing.exporters.node')))"
     )

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sing.cli import main
-from sing.exporters.fake_nvml import FakeNvml, StateFile, load_description
-from sing.exporters.fake_world import FakeWorld
 from sing.exporters.node import NodeCollector, node_registry
 from sing.exporters.recording import Recorder
+from sing.testing.fake_nvml import FakeNvml, StateFile, load_description
+from sing.testing.fake_world import FakeWorld
 from tests.test_exporter_golden import FIXTURES, NOW, scrape
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sing.exporters.fake_nvml import FakeNvml, load_description
 from sing.exporters.node import NodeCollector, node_registry
+from sing.testing.fake_nvml import FakeNvml, load_description
 
 FIXTURES = Path(__file__).parent / "fixtures" / "exporter"
 GOLDEN = FIXTURES / "golden.prom"

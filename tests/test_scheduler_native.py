@@ -84,7 +84,8 @@ def test_the_scheduler_tests_pass_on_the_compiled_build(build: Path) -> None:
     run = _python(
         str(build),
         "-c",
-        "import sys, scheduler, pytest; assert scheduler.NATIVE, 'the build was not used'; "
+        "import sys, pytest; from sing import scheduler; "
+        "assert scheduler.NATIVE, 'the build was not used'; "
         "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))",
         *SCHEDULER_TESTS,
     )
@@ -109,7 +110,10 @@ def test_compiled_and_pure_replays_start_the_same_jobs_on_the_same_gpus(build: P
 def test_a_stale_build_or_sing_native_0_leaves_the_sources_in_charge(
     build: Path, tmp_path: Path
 ) -> None:
-    probe = "import scheduler, scheduler.core as c; print(scheduler.NATIVE, c.__file__)"
+    probe = (
+        "import sing.scheduler.core as c; from sing import scheduler; "
+        "print(scheduler.NATIVE, c.__file__)"
+    )
     current = _python(str(build), "-c", probe)
     assert current.stdout.startswith("True ") and not current.stdout.strip().endswith(".py")
     off = _python("0", "-c", probe)

@@ -32,7 +32,7 @@ import yaml
 from sing.demo import synthetic
 from sing.demo.cluster import LiveCluster, now_utc
 from sing.demo.synthetic import SAMPLE_S, generate, node_names
-from sing.exporters.fake_nvml import DEFAULT_DESCRIPTION, load_yaml
+from sing.testing.fake_nvml import DEFAULT_DESCRIPTION, load_yaml
 from sing.warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,7 @@ import pynvml
 from sing.config import Config
 from sing.digits import ascii_digits
 from sing.errors import UserError
-from sing.exporters.fake_nvml import FakeNvml, StateFile, load_description
-from sing.exporters.fake_world import FakeWorld
+from sing.exporters.backends import Backend, BackendNode, load_backend
 from sing.exporters.node import NodeCollector, node_registry
 from sing.exporters.recording import Recorder
 from sing.exporters.settings import ExporterSettings
@@ -132,8 +131,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     nodes = _nodes(args, settings.port)
     if args.record and len(nodes) > 1:
         raise UserError("--record writes one node's state; use it without several --node")
-    description = load_description(args.fake) if args.fake is not None else None
-    state = StateFile(args.fake_state) if args.fake_state else None
+    fakes = load_backend("fake", args.fake, args.fake_state) if args.fake is not None else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     recorder = Recorder(args.record) if args.record else None
@@ -142,8 +140,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         servers: list[Any] = []
         try:
             collectors = [
-                _start_node(name, port, settings, web, args, description, state,
-                            fake_root, recorder, servers)
+                _start_node(name, port, settings, web, args, fakes, fake_root, recorder, servers)
                 for name, port in nodes
             ]  # fmt: skip
             sampler = threading.Thread(
@@ -169,28 +166,22 @@ def _start_node(
     settings: ExporterSettings,
     web: WebConfig,
     args: argparse.Namespace,
-    description: dict[str, Any] | None,
-    state: StateFile | None,
+    fakes: Backend | None,
     fake_root: Path,
     recorder: Recorder | None,
     servers: list[Any],
 ) -> NodeCollector:
     """Build one node's collector and serve its registry on its port."""
-    nvml: Any = pynvml
-    roots = (settings.sysfs_root, settings.proc_root, settings.job_mapping_dir)
-    before_read = None
-    explicit_roots = any((args.sysfs_root, args.proc_root, args.job_mapping_dir))
-    if description is not None:
-        nvml = FakeNvml(description, state, name)
-        if not explicit_roots:  # the fake node's files, in step with its state
-            world = FakeWorld(fake_root / (name or "node"), nvml)
-            roots = world.roots
-            before_read = world.sync
+    node = BackendNode(pynvml)
+    if fakes is not None:  # the fake node's own files, unless the command line names others
+        explicit_roots = any((args.sysfs_root, args.proc_root, args.job_mapping_dir))
+        node = fakes.node(name, None if explicit_roots else fake_root / (name or "node"))
+    roots = node.roots or (settings.sysfs_root, settings.proc_root, settings.job_mapping_dir)
     collector = NodeCollector(
-        nvml,
+        node.nvml,
         *roots,
         cache_seconds=settings.cache_seconds,
-        before_read=before_read,
+        before_read=node.before_read,
         on_reading=recorder.write if recorder else None,
         health=settings.health,
         health_refresh_s=settings.health_refresh_s,

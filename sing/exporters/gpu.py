@@ -1,7 +1,7 @@
 """GPU metrics from NVML: read each GPU into plain values, then turn those into metric families.
 
 Reading and rendering are split so that one reading serves both the `/metrics` page and a
-`--record` frame, and so that the fake backend (sing/exporters/fake_nvml.py) exercises exactly the
+`--record` frame, and so that the fake backend (sing/testing/fake_nvml.py) exercises exactly the
 same unit conversions as a real GPU: this module is the only place that knows NVML's units.
 
 `nvml` is anything with pynvml's function names: the `pynvml` module itself or a `FakeNvml`.

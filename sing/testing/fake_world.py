@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sing.exporters.fake_nvml import JOB_PID_BASE, FakeNvml, evaluate
+from sing.testing.fake_nvml import JOB_PID_BASE, FakeNvml, evaluate
 
 IB_WORD_BYTES = 4  # port_xmit_data / port_rcv_data count 4-byte words (IB spec, PortCounters)
 MAX_32BIT = 2**32 - 1  # where a 32-bit PortCounters counter sticks

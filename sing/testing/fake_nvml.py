@@ -2,7 +2,7 @@
 
 The device state comes from three layers, later ones winning, per GPU:
 
-1. a device description (YAML, see sing/exporters/default_node.yaml and docs/exporter.md): model,
+1. a device description (YAML, see sing/testing/default_node.yaml and docs/exporter.md): model,
    count, memory, per-GPU values or patterns (sine, square, ramp, or following utilisation),
    and errors to inject; or a `--record` recording (JSON lines) replayed frame by frame;
 2. a runtime state file (`--fake-state`, JSON or YAML), re-read when its mtime changes, so a
