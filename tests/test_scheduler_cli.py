@@ -119,13 +119,15 @@ def test_bad_policy_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_reads_the_real_philly_file() -> None:
+    # Read by the Philly importer: sorted by arrival (the file is not), ids by line, the
+    # virtual cluster as the tenant.
     w = read_trace(require(PHILLY))
-    assert len(w) == 82_247
-    assert w.job_id[0] == "philly-2" and w.user[0] == "11cb48"
-    assert w.submit[0] == 1507532515.0  # 2017-10-09 07:01:55, read as UTC
-    assert (w.duration[0], w.num_gpus[0]) == (66.0, 1)
+    assert len(w) == 82_247 and len(set(w.user)) == 15
+    assert w.job_id[0] == "philly-031568" and w.user[0] == "7f04ca"
+    assert w.submit[0] == 1504521041.0  # 2017-09-04 10:30:41, UTC
+    assert (w.duration[0], w.num_gpus[0]) == (2240194.0, 8)
     assert sorted(set(w.num_gpus)) == [1, 2, 4, 8, 12, 16, 24, 32, 64, 128]
-    assert w.submit != sorted(w.submit)  # the file is not sorted; replay sorts it
+    assert w.submit == sorted(w.submit)
 
 
 def test_philly_week_on_64x8(capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,30 +46,40 @@ def test_philly_jobs_file_keeps_every_job_and_all_gpu_seconds(tmp_path):
     assert sim.height == 82_247 and sim["submit_time_s"].is_sorted()
 
 
-def test_philly_csv_times_are_pacific_unsorted_and_blank_line_skipped(tmp_path):
+def test_philly_csv_times_are_utc_unsorted_and_blank_line_skipped(tmp_path):
     out = import_trace("philly", FIXTURES / "philly_jobs.csv", tmp_path / "t")
     package = json.loads((out / "datapackage.json").read_text())
-    # earliest arrival 2017-10-03 06:13:03 PDT = 13:13:03 UTC; release starts that UTC day
+    # naive times are UTC (the job log's YARN ids date them): earliest arrival 2017-10-03
+    # 06:13:03, so the release starts at midnight UTC of that day
     assert package["release_start"] == "2017-10-03T00:00:00+00:00"
-    assert rows(out, "job_id", "submit_s", "run_s", "num_gpus") == [
-        ("philly-000003", 47_583.0, 2951.0, 4),
-        ("philly-000005", 111_600.0, 10.0, 8),  # 2017-10-04 00:00 PDT = 07:00 UTC
-        ("philly-000002", 568_915.0, 66.0, 1),
-        # 01:30 on 2017-11-05 happened twice (DST ended); the first, PDT, is taken
-        ("philly-000004", 2_881_800.0, 100.0, 2),
+    assert rows(out, "job_id", "submit_s", "run_s", "num_gpus", "group", "partition") == [
+        ("philly-000003", 22_383.0, 2951.0, 4, "6214e9", "6214e9"),
+        ("philly-000005", 86_400.0, 10.0, 8, "6214e9", "6214e9"),
+        ("philly-000002", 543_715.0, 66.0, 1, "11cb48", "11cb48"),
+        # 01:30 on 2017-11-05, when US Pacific time fell back, is one time in UTC
+        ("philly-000004", 2_856_600.0, 100.0, 2, "6c71a0", "6c71a0"),
     ]
     assert figures(out)["gpu_seconds"] == 66 + 11_804 + 200 + 80
+    # --timezone still reads a file whose times are local, for a copy that was converted
+    local = import_trace(
+        "philly", FIXTURES / "philly_jobs.csv", tmp_path / "pacific", "America/Los_Angeles"
+    )
+    assert rows(local, "submit_s")[0] == (47_583.0,)  # 06:13:03 PDT = 13:13:03 UTC
 
 
 def test_philly_raw_job_log(tmp_path):
     out = import_trace("philly", FIXTURES / "philly_cluster_job_log.json", tmp_path / "t")
-    got = rows(out, "user", "queue_s", "run_s", "num_gpus", "num_nodes", "state", "censored")
+    got = rows(out, "user", "group", "queue_s", "run_s", "num_gpus", "num_nodes", "state")
     assert got == [
-        # start of the first attempt to end of the last; GPUs and nodes of the last attempt
-        ("ee0a85", 60.0, 7200.0, 8, 2, "completed", False),
-        ("f4b8a1", None, None, None, None, "cancelled", False),
-        ("ee0a85", 1800.0, None, 1, 1, "running", True),  # end time "None": still running
+        # start of the first attempt to end of the last; GPUs and nodes of the last attempt;
+        # the virtual cluster is the group
+        ("ee0a85", "6214e9", 60.0, 7200.0, 8, 2, "completed"),
+        ("f4b8a1", "11cb48", None, None, None, None, "cancelled"),
+        ("ee0a85", "11cb48", 1800.0, None, 1, 1, "running"),  # end time "None": still running
     ]
+    assert [c for (c,) in rows(out, "censored")] == [False, False, True]
+    package = json.loads((out / "datapackage.json").read_text())
+    assert package["release_start"] == "2017-10-03T00:00:00+00:00"  # 07:54:37 UTC
     assert validate(out) == []
 
 

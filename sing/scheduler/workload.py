@@ -8,13 +8,17 @@ small adapter that fills these columns. `load_trace` reads four formats:
 - simple CSV: `job_id,user,submit_time,duration_s,num_gpus[,num_nodes][,time_limit_s]
   [,gpu_request][,gpu_model_request]`, where submit_time is seconds (any epoch) or an ISO 8601
   timestamp (naive = UTC), and gpu_request < 1 asks for a share of one GPU;
-- the Philly jobs file (`timestamp,duration,num_gpus,gpu_time,cluster`, e.g.
-  ../shared/traces/philly/philly_pollux_jobs.csv): unsorted, naive timestamps read as UTC, no
-  user column, so the virtual cluster stands in for the user (VCs are teams), and job ids are
-  `philly-<line>`;
+- the Philly jobs file (`timestamp,duration,num_gpus,gpu_time,cluster`, e.g. Pollux's
+  philly.csv), read by the Philly importer (traces.importers.philly), so it replays as its
+  import does: naive timestamps are UTC (the importer says why), times count from midnight UTC
+  of the first arrival's day, job ids are `philly-<line>` zero-padded, and with no user column
+  the virtual cluster (the job's group: VCs are teams) is the tenant;
 - a Standard Workload Format log (`.swf`), read by the SWF importer (traces.importers.swf), so
   it replays as its import does: one processor is one GPU-equivalent slot, times count from the
   header's UnixStartTime, and MaxNodes/MaxProcs give the cluster.
+
+A source that has an importer is read only through it (`_read_source`): the direct read and
+`sing trace import` share one time rule and one set of columns, and a test replays both.
 
 Jobs the simulator cannot replay are counted, not refused: CPU-only jobs (0 GPUs), jobs that
 never ran (a release's jobs without a run time) and censored ones (still running at the release
@@ -109,9 +113,14 @@ def load_trace(path: str | Path, include_censored: bool = False) -> Trace:
     `include_censored` keeps a release's censored jobs, cut at its end."""
     path = Path(path)
     if path.suffix.lower() == ".swf":
-        return _read_swf(path, include_censored)
-    if path.is_dir() or path.suffix == ".parquet" or _is_release_csv(path):
+        return _read_source("swf", path, include_censored)
+    if path.is_dir() or path.suffix == ".parquet":
         return _read_release(path, include_censored)
+    header = _csv_header(path)
+    if "submit_s" in header:
+        return _read_release(path, include_censored)
+    if tuple(header) == PHILLY_COLUMNS:
+        return _read_source("philly", path, include_censored)
     workload, skipped = _read_csv(path)
     origin = min(workload.submit) if len(workload) else 0.0
     return Trace(workload, origin, None, skipped)
@@ -122,12 +131,12 @@ def read_trace(path: str | Path) -> Workload:
     return load_trace(path).workload
 
 
-def _is_release_csv(path: Path) -> bool:
+def _csv_header(path: Path) -> list[str]:
     try:
         with path.open(newline="") as handle:
-            return "submit_s" in next(csv.reader(handle), [])
-    except OSError:
-        return False  # _read_csv says why
+            return [h.strip() for h in next(csv.reader(handle), [])]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []  # _read_csv says why
 
 
 def _read_release(path: Path, include_censored: bool) -> Trace:
@@ -139,9 +148,10 @@ def _read_release(path: Path, include_censored: bool) -> Trace:
     return _trace(read_jobs(path), origin, nodes, include_censored)
 
 
-def _read_swf(path: Path, include_censored: bool) -> Trace:
-    """An SWF log as its import would release it (the same jobs, start and cluster)."""
-    source = load("swf", path)
+def _read_source(fmt: str, path: Path, include_censored: bool) -> Trace:
+    """A public trace file as its import would release it (the same jobs, times, tenants,
+    start and cluster): read by its importer with the importer's default time zone."""
+    source = load(fmt, path)
     table, release_start = to_jobs(source.jobs, source.origin)
     nodes = None if source.nodes is None else table_nodes(source.nodes, path)
     jobs = simulation_columns(pl.from_arrow(table))
@@ -180,7 +190,7 @@ def _share(gpu_request: float) -> int:
 
 
 def _read_csv(path: Path) -> tuple[Workload, dict[str, int]]:
-    """Read a simple CSV or a Philly jobs file (recognised by its header)."""
+    """Read a simple CSV (a Philly jobs file, recognised by its header, is read before)."""
     try:
         handle = path.open(newline="")
     except OSError as err:
@@ -188,8 +198,6 @@ def _read_csv(path: Path) -> tuple[Workload, dict[str, int]]:
     with handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
-        if tuple(header) == PHILLY_COLUMNS:
-            return _read_rows(path, reader, header, _philly_row)
         missing = [c for c in SIMPLE_COLUMNS if c not in header]
         if missing:
             raise UserError(
@@ -221,7 +229,7 @@ def _read_rows(
     cpu_only = 0
     for line, values in enumerate(reader, start=2):
         if not values or not any(v.strip() for v in values):
-            continue  # blank lines (the Philly file ends with one)
+            continue  # blank lines
         if len(values) != len(header):
             raise UserError(f"{path} line {line}: {len(values)} fields, header has {len(header)}")
         try:
@@ -243,21 +251,6 @@ def _read_rows(
         "never ran": 0,
         "censored": 0,
     }
-
-
-def _philly_row(row: dict[str, str], line: int) -> Row:
-    submit = _time(row["timestamp"], "timestamp")
-    return (
-        f"philly-{line}",
-        row["cluster"],
-        submit,
-        _number(row, "duration"),
-        _count(row, "num_gpus", minimum=0),
-        0,
-        None,
-        0,
-        "",
-    )
 
 
 def _simple_row(row: dict[str, str], line: int) -> Row:

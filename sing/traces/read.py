@@ -36,6 +36,7 @@ OPTIONAL = {
     "start_s": pl.Float64,
     "num_nodes": pl.Int64,
     "user": pl.String,
+    "group": pl.String,
     "censored": pl.Boolean,
 }
 READ = ("job_id", "user", "submit_s", "start_s", "run_s", "num_gpus", "num_nodes", *OPTIONAL)
@@ -117,13 +118,15 @@ def simulation_frame(jobs: pl.DataFrame, include_censored: bool = False) -> pl.D
     """The jobs (`read_jobs`, or an imported source's) that ran on GPUs, sorted by submit time,
     as the simulator needs them.
 
-    Columns: job_id, user, submit_time_s (seconds since the release start), duration_s (run
-    time), num_gpus, num_nodes (0 where the source did not record it: place the GPUs anywhere),
-    gpu_request (GPUs, fractional for a share of one GPU; num_gpus where not recorded),
-    gpu_model_request ("" = any model), time_limit_s and start_time_s (the recorded start; both
-    may be empty). Jobs that never ran (no run time) or used no GPU are left out, and so are
-    those still running at the release end (censored: their run time is only a lower bound)
-    unless `include_censored`, which replays them cut at the end: `simulation_skips` counts them.
+    Columns: job_id, user (the tenant: the job's user, or its group where the source records
+    no user, as Philly's jobs file, whose virtual cluster is the group), submit_time_s (seconds
+    since the release start), duration_s (run time), num_gpus, num_nodes (0 where the source
+    did not record it: place the GPUs anywhere), gpu_request (GPUs, fractional for a share of
+    one GPU; num_gpus where not recorded), gpu_model_request ("" = any model), time_limit_s and
+    start_time_s (the recorded start; both may be empty). Jobs that never ran (no run time) or
+    used no GPU are left out, and so are those still running at the release end (censored: their
+    run time is only a lower bound) unless `include_censored`, which replays them cut at the
+    end: `simulation_skips` counts them.
     """
     gpus = pl.col("gpu_request").fill_null(pl.col("num_gpus").cast(pl.Float64))
     kept = _uses_gpus() & pl.col("run_s").is_not_null()
@@ -131,7 +134,7 @@ def simulation_frame(jobs: pl.DataFrame, include_censored: bool = False) -> pl.D
         jobs.filter(kept if include_censored else kept & ~_censored())
         .select(
             pl.col("job_id"),
-            pl.col("user").fill_null(""),
+            pl.col("user").fill_null(pl.col("group")).fill_null(""),
             pl.col("submit_s").alias("submit_time_s"),
             pl.col("run_s").alias("duration_s"),
             pl.col("num_gpus").cast(pl.Int64),
