@@ -43,4 +43,4 @@ bench: $(STAMP)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var build/native
+	rm -rf $(VENV) var build/native build/lib build/bdist*

@@ -75,7 +75,7 @@ def test_systemd_unit_runs_the_standalone_exporter_unprivileged(tmp_path: Path) 
     # what ExecStart runs exists and parses its options
     result = subprocess.run(
         [sys.executable, "-m", "sing.exporters", "--help"],
-        cwd=DEPLOY.parents[1],
+        cwd=DEPLOY.parents[2],  # the checkout
         capture_output=True,
         text=True,
     )

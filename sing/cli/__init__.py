@@ -56,8 +56,6 @@ COMMANDS = {
     "health": Command("sing.cli.health", "failure metrics and nodes to drain"),
     "doctor": Command("sing.cli.doctor", "check a GPU node or the head node's setup"),
 }
-# What a head-node command needs that a node install (`pip install sing`) lacks.
-HEAD_ENGINES = ("duckdb", "polars", "deltalake", "pyarrow", "streamlit", "altair", "apscheduler")
 GLOBAL_OPTIONS_WITH_VALUE = ("--config", "--warehouse")
 
 
@@ -89,42 +87,33 @@ DUCKDB_INTERRUPTED = "Query interrupted"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser, with every command, or only `command`'s module when it is known."""
+    """The parser with `command`'s module, or (no known command) the list of every command."""
     parser = Parser(
         prog="sing",
         description="Telemetry, accounting and trace analytics for shared campus GPU clusters.",
         global_defaults=True,
     )
-    parser.register("action", "parsers", _CommandList)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     if command in COMMANDS:
         _command_module(command).register(subparsers)
     else:  # the list alone: each command's options come with its module
-        for name in COMMANDS:
-            subparsers.add_parser(name, add_help=False)
+        for name, known in COMMANDS.items():
+            subparsers.add_parser(name, help=known.help, add_help=False)
     return parser
 
 
-class _CommandList(argparse._SubParsersAction):
-    """The subcommands, each with its line of help from COMMANDS (the modules give none)."""
-
-    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
-        if name in COMMANDS:
-            kwargs.setdefault("help", COMMANDS[name].help)
-        return super().add_parser(name, **kwargs)
-
-
 def _command_module(command: str) -> ModuleType:
-    """The module that registers `command`; on a node install, a head-node command is a UserError
-    naming the install it needs rather than a traceback."""
+    """The module that registers `command`. A library it needs that is not installed is a
+    UserError naming the install that brings it: a GPU node's (`pip install sing`) has only the
+    exporter's, and a head-node command there would otherwise end in a traceback."""
     try:
         return importlib.import_module(COMMANDS[command].module)
     except ModuleNotFoundError as err:
-        if err.name not in HEAD_ENGINES:
+        if not err.name or err.name.split(".")[0] == "sing":
             raise
         raise UserError(
-            f"`sing {command}` runs on the head node; this install has only the node agent "
-            f"(no {err.name}): pip install 'sing[head]'"
+            f"`sing {command}` needs {err.name.split('.')[0]}, which this install lacks: a GPU "
+            f"node's install has only the exporter; the head node's is pip install 'sing[head]'"
         ) from None
 
 

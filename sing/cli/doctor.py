@@ -44,9 +44,7 @@ class Finding:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "doctor",
-    )
+    p = subparsers.add_parser("doctor")
     p.add_argument("role", choices=("node", "head"), help="what this machine is")
     p.set_defaults(func=cmd_doctor)
 

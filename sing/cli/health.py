@@ -22,9 +22,7 @@ from sing.warehouse.store import Warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    health = subparsers.add_parser(
-        "health",
-    )
+    health = subparsers.add_parser("health")
     sub = health.add_subparsers(dest="health_command", metavar="ACTION", required=True)
     report = sub.add_parser("report", help="job failures by cause, GPU-hours lost, MTBF")
     report.add_argument("--since", type=time_option, help="window start (ISO 8601, UTC)")

@@ -20,9 +20,7 @@ from sing.warehouse.store import Warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    incident = subparsers.add_parser(
-        "incident",
-    )
+    incident = subparsers.add_parser("incident")
     sub = incident.add_subparsers(dest="incident_command", metavar="ACTION", required=True)
     open_p = sub.add_parser("open", help="open an incident on a node")
     open_p.add_argument("node")

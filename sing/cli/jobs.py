@@ -43,23 +43,17 @@ LIST_COLUMNS = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    submit = subparsers.add_parser(
-        "submit",
-    )
+    submit = subparsers.add_parser("submit")
     submit.add_argument("profile", help="job profile YAML file")
     submit.add_argument("--executor", choices=("local", "slurm"), help="override [executor] kind")
     submit.set_defaults(func=cmd_submit)
 
-    run = subparsers.add_parser(
-        "run",
-    )
+    run = subparsers.add_parser("run")
     run.add_argument("--local", action="store_true", required=True, help="on this machine's GPUs")
     run.add_argument("profile", help="job profile YAML file")
     run.set_defaults(func=cmd_run)
 
-    jobs = subparsers.add_parser(
-        "jobs",
-    )
+    jobs = subparsers.add_parser("jobs")
     sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     sync_p = sub.add_parser("sync", help="pull running and finished jobs into the warehouse")
     sync_p.add_argument("--executor", choices=("local", "slurm"), help="override [executor] kind")

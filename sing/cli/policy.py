@@ -27,9 +27,7 @@ from sing.warehouse.store import Warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    policy = subparsers.add_parser(
-        "policy",
-    )
+    policy = subparsers.add_parser("policy")
     sub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="what each rule would do now (sends and cancels nothing)")
     check.add_argument("--json", action="store_true", help="machine-readable output")

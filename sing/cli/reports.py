@@ -41,9 +41,7 @@ def report_now(wh: Warehouse, given: datetime | None) -> datetime:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    report = subparsers.add_parser(
-        "report",
-    )
+    report = subparsers.add_parser("report")
     sub = report.add_subparsers(dest="report", metavar="REPORT", required=True)
     for name, help_text in (
         ("jobs", "per-job efficiency: GPU-hours, utilization, idle GPU-hours, energy, RDMA"),
@@ -69,9 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_statement(sub)
     add_workload(sub)
 
-    job = subparsers.add_parser(
-        "job",
-    )
+    job = subparsers.add_parser("job")
     job.add_argument("job_id")
     job.add_argument("--cluster", help="the job's cluster, where job ids repeat across clusters")
     job.add_argument("--now", type=time_option, help=NOW_HELP)

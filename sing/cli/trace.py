@@ -24,9 +24,7 @@ from sing.warehouse.store import Warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    trace = subparsers.add_parser(
-        "trace",
-    )
+    trace = subparsers.add_parser("trace")
     sub = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("export", help="export an anonymized trace of a time window")

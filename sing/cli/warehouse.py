@@ -20,9 +20,7 @@ READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "warehouse",
-    )
+    parser = subparsers.add_parser("warehouse")
     sub = parser.add_subparsers(dest="warehouse_command", metavar="ACTION", required=True)
 
     imp = sub.add_parser("import", help="load a CSV or Parquet file into a table")

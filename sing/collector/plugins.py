@@ -4,7 +4,7 @@ The collector does not depend on how a site runs jobs: a source is imported only
 A config file names code, but may only pick among what the admin installed: a source must be
 registered as an entry point in the group `sing.sources` (sing's own are, in pyproject.toml; a
 site's package registers its own the same way); any other name is refused, never imported. A
-name from before sing's packages moved under `sing.` (`sing.collector.jobsync:executor_sync`) is
+name from before sing's packages moved under `sing.` (`collector.jobsync:executor_sync`) is
 read as its new name, with a warning.
 The default sources read the configured `[executor]`; without that section, or with an
 installed source that cannot be loaded, the source is off, said in one log line, and scraping

@@ -14,9 +14,7 @@ from sing.times import time_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "demo",
-    )
+    p = subparsers.add_parser("demo")
     p.add_argument("--home", type=Path, help="demo files (default: $SING_DEMO_HOME or var/demo)")
     p.add_argument("--reset", action="store_true", help="start over with a new warehouse")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
@@ -34,9 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-dashboard", action="store_true", help="run without the dashboard")
     p.set_defaults(func=cmd_demo)
 
-    demo = subparsers.add_parser(
-        "demo-data",
-    )
+    demo = subparsers.add_parser("demo-data")
     demo.add_argument("--nodes", type=int, default=16)
     demo.add_argument("--gpus-per-node", type=int, default=8)
     demo.add_argument("--days", type=float, default=14)

@@ -23,7 +23,7 @@ from sing.scheduler.settings import SchedulerSettings
 from sing.scheduler.simulate import Replay, replay
 from sing.scheduler.workload import Workload, read_trace
 
-TRACES = Path(__file__).resolve().parents[2] / "shared/traces/philly"
+TRACES = Path(__file__).resolve().parents[3] / "shared/traces/philly"  # beside the checkout
 POLICIES = {
     "fcfs": SchedulerSettings(policy="fcfs"),
     "sing (reserve 72 h, default)": SchedulerSettings(policy="sing"),
