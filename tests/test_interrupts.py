@@ -223,6 +223,44 @@ def test_an_interrupt_during_a_query_is_one_line(
     assert capsys.readouterr().err.startswith("sing: interrupted; ")
 
 
+# What DuckDB raised for a Ctrl-C that came while it read a registered Arrow table (an import
+# cut at 0.8 s, on a fresh Debian 12 machine).
+ARROW_READ_INTERRUPTED = (
+    "Invalid Input Error: reading the schema of the object registered as "
+    "'_empty_health_samples' failed: KeyboardInterrupt: "
+)
+
+
+class _Command:
+    """A command module whose one command raises `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def register(self, subparsers) -> None:
+        def fail(args, config) -> int:
+            raise self.error
+
+        subparsers.add_parser("warehouse").set_defaults(func=fail)
+
+
+def test_an_interrupt_while_duckdb_reads_an_arrow_table_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB names the KeyboardInterrupt in its own error there; another of its errors is no
+    interrupt and goes on being raised."""
+    from sing import cli
+
+    interrupted = duckdb.InvalidInputException(ARROW_READ_INTERRUPTED)
+    monkeypatch.setattr(cli, "_command_module", lambda command: _Command(interrupted))
+    assert cli.main(["warehouse"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err.startswith("sing: interrupted; ")
+    other = duckdb.InvalidInputException("Invalid Input Error: no such column")
+    monkeypatch.setattr(cli, "_command_module", lambda command: _Command(other))
+    with pytest.raises(duckdb.InvalidInputException, match="no such column"):
+        cli.main(["warehouse"])
+
+
 @pytest.mark.parametrize("delay_s", [0.0, 0.8, 1.6, 2.4])
 def test_interrupted_import_is_all_or_nothing_and_a_second_import_is_refused(
     complete: Path, samples_file: Path, tmp_path: Path, delay_s: float

@@ -122,10 +122,19 @@ def main(argv: list[str] | None = None) -> int:
         return _run(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         return _interrupted()
-    except RuntimeError as err:
-        if str(err) != DUCKDB_INTERRUPTED:
+    except Exception as err:
+        if not _interrupted_in_duckdb(err):
             raise
         return _interrupted()
+
+
+def _interrupted_in_duckdb(err: Exception) -> bool:
+    """DuckDB takes Python's KeyboardInterrupt and raises its own error instead: a RuntimeError
+    ("Query interrupted") from a query, or one of its errors naming the KeyboardInterrupt when
+    the Ctrl-C came while it read a registered Arrow table."""
+    if isinstance(err, RuntimeError) and str(err) == DUCKDB_INTERRUPTED:
+        return True
+    return type(err).__module__.lstrip("_") == "duckdb" and "KeyboardInterrupt" in str(err)
 
 
 def _interrupted() -> int:
