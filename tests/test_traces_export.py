@@ -213,15 +213,24 @@ def test_telemetry_summary_and_timeseries_by_hand(warehouse, tmp_path):
     assert validate(tmp_path / "t") == []
 
 
-def test_k_anonymity_merges_small_groups_and_drops_rare_shapes(warehouse, tmp_path):
+def test_k_anonymity_merges_small_groups_and_hides_a_rare_shape(warehouse, tmp_path):
+    """The lone 2-node job (8 GPUs) is kept with its size hidden: its GPU count is known to
+    4-127, among cover jobs of that class from enough other users that nobody holds more than
+    half of them. Nothing is left out."""
     result = export_trace(warehouse, T0, UNTIL, tmp_path / "t", key=KEY, settings=PRECISE)
     jobs = pq.read_table(tmp_path / "t" / "jobs.parquet").to_pylist()
-    assert result.suppressed_jobs == 1 and len(jobs) == 13  # the lone 2-node job
-    assert {j["num_nodes"] for j in jobs} == {1}
+    assert result.suppressed_jobs == 0 and len(jobs) == 14
+    hidden = [j for j in jobs if j["gpus_min"] is not None]
+    assert {(j["gpus_min"], j["gpus_max"]) for j in hidden} == {(4, 127)}
+    assert all(j["num_nodes"] is None and j["nodes"] is None for j in hidden)
+    assert all(4 <= j["num_gpus"] <= 127 for j in hidden)
+    owners = [j["user"] for j in hidden]  # PRECISE links a user's jobs
+    assert len(set(owners)) >= 5 and 2 * max(map(owners.count, owners)) <= len(owners)
+    assert {j["num_nodes"] for j in jobs if j["gpus_min"] is None} == {1}
     groups = {j["group"] for j in jobs}
     assert "other" in groups and len(groups) == 2  # frank's one-user lab merged
     readme = (tmp_path / "t" / "README.md").read_text()
-    assert "1 jobs left out" in readme and "k=5" in readme
+    assert "0 jobs left out" in readme and "k=5" in readme
 
 
 def test_no_real_name_anywhere_in_any_file(warehouse, tmp_path):
@@ -303,8 +312,8 @@ def test_cli_export(warehouse, tmp_path, capsys):
         ]
     )
     assert code == 0, capsys.readouterr().err
-    out_text = capsys.readouterr().out  # the default policy: cells of < 5 users left out
-    assert "6 jobs" in out_text and "8 jobs left out" in out_text and key_file.exists()
+    out_text = capsys.readouterr().out  # the default policy: cells of < 5 users coarsened
+    assert "14 jobs" in out_text and "0 jobs left out" in out_text and key_file.exists()
     code = main(
         [
             "--warehouse",
@@ -507,7 +516,8 @@ def test_default_policy_export_is_valid_and_says_how_it_was_made(warehouse, tmp_
     assert "partition" not in jobs.column_names and "start_s" not in jobs.column_names
     users, ids = jobs["user"].to_pylist(), jobs["job_id"].to_pylist()
     assert [u[2:] for u in users] == [j[2:] for j in ids]  # one pseudonym per job
-    assert all(n == [f"n{i + 1}" for i in range(len(n))] for n in jobs["nodes"].to_pylist())
+    nodes = jobs["nodes"].to_pylist()
+    assert all(n is None or n == [f"n{i + 1}" for i in range(len(n))] for n in nodes)
     readme = (tmp_path / "t" / "README.md").read_text()
     assert "## Threat model" in readme and "sacct -a" in readme
 
@@ -552,9 +562,9 @@ def test_a_release_that_keeps_nothing_is_refused_and_nothing_written(
 
 
 def test_a_release_under_the_configured_share_is_refused(warehouse) -> None:
-    """The fixture's default release keeps some jobs; asking for all of them refuses it, with
-    the shares; asking for none writes it."""
-    release = build_release(warehouse, T0, UNTIL, KEY, TraceSettings())
+    """The fixture's release without coarsening keeps some jobs; asking for all of them
+    refuses it, with the shares; asking for none writes it."""
+    release = build_release(warehouse, T0, UNTIL, KEY, TraceSettings(rare_shapes="suppress"))
     kept = release.jobs.num_rows
     assert 0 < kept < release.window_jobs
     assert release.refusal(TraceSettings()) is None

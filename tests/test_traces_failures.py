@@ -148,7 +148,7 @@ def test_validate_finds_a_class_that_does_not_fit_the_state(
 def test_validate_names_a_field_of_a_later_format_instead_of_failing(
     warehouse: Warehouse, tmp_path: Path
 ) -> None:
-    """A field this version does not know (a 1.3 trace's, say) is a problem named, not a crash."""
+    """A field this version does not know (a 1.4 trace's, say) is a problem named, not a crash."""
     settings = TraceSettings.precise(k=1, write_csv=False)
     out = export_trace(warehouse, T0, UNTIL, tmp_path / "t", KEY, settings).path
     package = json.loads((out / "datapackage.json").read_text())
@@ -159,4 +159,4 @@ def test_validate_names_a_field_of_a_later_format_instead_of_failing(
     resource["schema"]["fields"].append({"name": "gpu_temp_max", "type": "number"})
     (out / "datapackage.json").write_text(json.dumps(package))
     problems = validate(out)
-    assert "jobs.parquet: field 'gpu_temp_max' is not in format 1.2" in problems
+    assert "jobs.parquet: field 'gpu_temp_max' is not in format 1.3" in problems

@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from sing.cli import main
+from sing.traces.compare import evaluate
 from sing.traces.export import build_release
-from sing.traces.linkage import evaluate, public_view
+from sing.traces.linkage import public_view
 from sing.traces.settings import TraceSettings
 from sing.warehouse.store import Warehouse
 from tests.shared_data import PHILLY, SHARED_TRACES
@@ -284,10 +285,16 @@ def test_cli_attack_prints_the_configured_policy(campus, tmp_path, capsys):
     (result,) = json.loads(capsys.readouterr().out)["rows"]
     assert result["scenario"] == "as configured" and result["users_linked"] > 0
     assert main([*args, *window]) == 0
-    header, row, legend = capsys.readouterr().out.splitlines()
+    header, row, legend, _, title, *report = capsys.readouterr().out.splitlines()
     assert "users linked" in header and row.startswith("as configured")
     assert f"{result['users_linked']:>5,} ({result['users_pct']:5.1f} %)" in row
     assert row.endswith("writes") and result["refused"] is None
+    assert title.startswith("Privacy report of the configured policy")
+    worst = next(a for a in result["privacy"]["attacks"] if a["attack"] == result["worst_attack"])
+    assert worst["users_linked"] == result["users_linked"]
+    assert any(
+        line.startswith(f"| {worst['attack']} | {worst['users_linked']} of") for line in report
+    )
 
 
 def test_cli_attack_says_when_export_would_write_nothing(campus, tmp_path, capsys):
@@ -299,7 +306,7 @@ def test_cli_attack_says_when_export_would_write_nothing(campus, tmp_path, capsy
     args = ["--config", str(config), "--warehouse", str(wh.root), "trace", "attack"]
     window = ["--since", "2017-11-01", "--until", "2017-11-08", "--only-configured"]
     assert main([*args, *window]) == 0
-    header, row, legend, why = capsys.readouterr().out.splitlines()
+    header, row, legend, why, *report = capsys.readouterr().out.splitlines()
     assert row.endswith("refused")
     assert why.startswith("as configured: `sing trace export` would write nothing: the release")
 
@@ -308,7 +315,7 @@ def print_table() -> None:
     """The linkage table of docs/trace-format.md, for the test population."""
     import tempfile
 
-    from sing.traces.linkage import scenarios
+    from sing.traces.compare import scenarios
 
     with tempfile.TemporaryDirectory() as tmp:
         wh = Warehouse(tmp)

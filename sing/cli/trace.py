@@ -12,7 +12,7 @@ from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import print_json
 from sing.times import time_option
-from sing.traces import aggregates, linkage
+from sing.traces import aggregates, compare, linkage
 from sing.traces.export import export_trace
 from sing.traces.importers import FORMATS, import_trace
 from sing.traces.importers.swf import SLOT_NOTE
@@ -111,34 +111,42 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(warehouse)
     public = linkage.public_view(wh, args.since, args.until)
     chosen = (
-        linkage.scenarios(settings)[:1] if args.only_configured else linkage.scenarios(settings)
+        compare.scenarios(settings)[:1] if args.only_configured else compare.scenarios(settings)
     )
     key = load_key(None)
     results = []
     with Progress("trace attack", total=len(chosen), unit="policies") as progress:
         for name, option in chosen:
             progress.update(len(results), note=name)
-            results.append(linkage.evaluate(wh, args.since, args.until, option, key, name, public))
+            results.append(compare.evaluate(wh, args.since, args.until, option, key, name, public))
         progress.update(len(results))
     if args.json:
         print_json(result.as_dict() for result in results)
         return 0
     print(
-        f"{'policy':<28} {'jobs':>7} {'left out':>8} {'users':>5} {'users linked':>14} "
-        f"{'jobs linked':>14} {'wrong':>6} {'run KS':>6} {'queue KS':>8}  export"
+        f"{'policy':<28} {'jobs':>7} {'left out':>8} {'GPU-h kept':>10} {'users':>5} "
+        f"{'users linked':>14} {'jobs linked':>14} {'wrong':>6} {'run KS':>6} {'queue KS':>8}"
+        "  export"
     )
     for r in results:
         print(
-            f"{r.scenario:<28} {r.jobs:>7,} {r.left_out:>8,} {r.users:>5,} "
-            f"{r.users_linked:>5,} ({r.users_pct:5.1f} %) "
+            f"{r.scenario:<28} {r.jobs:>7,} {r.left_out:>8,} {r.gpu_hours_pct:>8.1f} % "
+            f"{r.users:>5,} {r.users_linked:>5,} ({r.users_pct:5.1f} %) "
             f"{r.jobs_linked:>5,} ({r.jobs_pct:5.1f} %) "
             f"{r.wrong_claims:>6,} {_ratio(r.run_ks):>6} {_ratio(r.queue_ks):>8}  "
             + ("refused" if r.refused else "writes")
         )
-    print("users/jobs linked: named correctly by the attack; wrong: jobs named wrongly; KS: 0-1")
+    print(
+        "users/jobs linked: named correctly by the strongest of the attacks; wrong: jobs named "
+        "wrongly; KS: 0-1"
+    )
     for r in results:
         if r.refused:
             print(f"{r.scenario}: `sing trace export` would write nothing: {r.refused}")
+    configured = results[0]
+    if configured.privacy is not None:
+        print(f"\nPrivacy report of the configured policy ({configured.scenario}):")
+        print("\n".join(configured.privacy.lines()))
     return 0
 
 

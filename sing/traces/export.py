@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sing.errors import UserError
 from sing.health.failures import classified_sql
-from sing.traces.anonymize import OTHER, apply_k_anonymity, pseudonymize
+from sing.traces.anonymize import OTHER, apply_k_anonymity, gpus_class, pseudonymize
 from sing.traces.format import (
     INCIDENTS,
     JOBS,
@@ -34,8 +34,17 @@ from sing.traces.format import (
     exit_class_sql,
     state_sql,
 )
+from sing.traces.linkage import public_view
 from sing.traces.package import AGGREGATES, ReleaseInfo, write_trace, zip_trace
-from sing.traces.settings import ANY, TraceSettings, load_key
+from sing.traces.privacy import PrivacyReport, assess
+from sing.traces.settings import (
+    ANY,
+    GPUS_CLASS_EDGES,
+    MAX_SHIFT_S,
+    TraceSettings,
+    ladder,
+    load_key,
+)
 from sing.warehouse.analytics import (
     HOME_CLUSTER,
     first_node_version_join,
@@ -44,49 +53,56 @@ from sing.warehouse.analytics import (
 )
 from sing.warehouse.store import Warehouse
 
-
-def _bucket(x: str) -> str:
-    """SQL: the bucket of duration `x` (a whole power of $ratio; exact below 1 s or at ratio 1)."""
-    return f"CASE WHEN $ratio > 1 AND {x} >= 1 THEN floor(ln({x}) / ln($ratio)) ELSE {x} END"
-
-
-def _place(x: str, i: int) -> str:
-    """SQL: a released duration inside the bucket of `x`, at the bucket's i-th keyed fraction."""
-    return f"CASE WHEN $ratio > 1 AND {x} >= 1 THEN pow($ratio, {x}_bin + u[{i}]) ELSE {x} END"
-
-
-# Each job's times in release coordinates (seconds since $origin), coarsened: the submit time
-# falls in a bin of $res seconds, run and queue times in buckets growing by the factor $ratio.
-# The bins are what the k rule groups by; the released values lie at a keyed pseudo-random
-# place inside their bin, so a release has no bursts at bin edges and says nothing finer.
-# $res = 0 and $ratio = 1 keep the exact times. A job cut by the window end is censored: its
-# run ends at $until. Parameters: $origin, $until, $res, $ratio, $salt.
-COARSE_SQL = f"""
-WITH t AS (
-    SELECT r, job_id,
-           (epoch_us(submit_time) - epoch_us($origin)) / 1e6 AS submit,
-           CASE WHEN start_time < $until
-                THEN (epoch_us(start_time) - epoch_us(submit_time)) / 1e6 END AS queue,
-           CASE WHEN start_time < $until
-                THEN (epoch_us(least(coalesce(end_time, $until), $until))
-                      - epoch_us(start_time)) / 1e6 END AS run,
-           end_time IS NULL OR end_time > $until AS censored
-    FROM sel
-),
-b AS (
-    SELECT r, censored, submit, run, queue,
-           CASE WHEN $res > 0 THEN floor(submit / $res) ELSE submit END AS submit_bin,
-           {_bucket("run")} AS run_bin,
-           {_bucket("queue")} AS queue_bin,
-           [(hash(job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q']] AS u
-    FROM t
-)
-SELECT r, censored, submit_bin, run_bin, queue_bin,
-       CASE WHEN $res > 0 THEN (submit_bin + u[1]) * $res ELSE submit END AS submit_s,
-       {_place("run", 2)} AS run_s,
-       {_place("queue", 3)} AS queue_s
-FROM b
+# Each job's times in release coordinates (seconds since $origin), exact, with three keyed
+# pseudo-random fractions `u` that place its released values inside the bins of the precision
+# the k rule gives it (`released_times`): a release has no bursts at bin edges and says nothing
+# finer. A job cut by the window end is censored: its run ends at $until. Parameters: $origin,
+# $until, $salt.
+COARSE_SQL = """
+SELECT r,
+       (epoch_us(submit_time) - epoch_us($origin)) / 1e6 AS submit,
+       CASE WHEN start_time < $until
+            THEN (epoch_us(start_time) - epoch_us(submit_time)) / 1e6 END AS queue,
+       CASE WHEN start_time < $until
+            THEN (epoch_us(least(coalesce(end_time, $until), $until))
+                  - epoch_us(start_time)) / 1e6 END AS run,
+       end_time IS NULL OR end_time > $until AS censored,
+       [(hash(job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q', 'g']] AS u
+FROM sel
 """
+
+
+def _placed(x: str, i: int) -> str:
+    """SQL: a released duration inside the bucket (of k.ratio) of `x`, at the job's i-th keyed
+    fraction; exact below 1 s or at ratio 1."""
+    return (
+        f"CASE WHEN k.ratio > 1 AND {x} >= 1 "
+        f"THEN pow(k.ratio, floor(ln({x}) / ln(k.ratio)) + u[{i}]) ELSE {x} END"
+    )
+
+
+# A hidden shape's GPU count class (`gpus_min`..`gpus_max`, GPUS_CLASS_EDGES) and its released
+# count, at the job's keyed fraction of the class (log-uniform, a whole number inside it).
+GPU_CLASS = f"{gpus_class('s.num_gpus')}"
+EDGES = f"{list(GPUS_CLASS_EDGES)}"
+GPUS_MIN = f"CASE WHEN k.shape_hidden THEN {EDGES}[{GPU_CLASS}] END"
+GPUS_MAX = f"CASE WHEN k.shape_hidden THEN {EDGES}[{GPU_CLASS} + 1] - 1 END"
+PLACED_GPUS = f"""CASE WHEN k.shape_hidden AND s.num_gpus >= 1
+    THEN least(floor({GPUS_MIN} * pow(({GPUS_MAX} + 1) / {GPUS_MIN}, u[4])), {GPUS_MAX})::BIGINT
+    ELSE s.num_gpus END"""
+
+# Over `c` (coarse), `s` (sel) and `k` (kept: the job's precision): the released submit, run
+# and queue times and GPU count, and `scale`, released over true GPU-time, by which the
+# quantities that grow with run time and GPUs (energy, RDMA bytes) are published, so that their
+# rate is exact and they tell no more of the run time or GPU count than run_s and num_gpus do.
+RELEASED_TIMES = f"""CASE WHEN k.resolution_s > 0
+            THEN (floor(c.submit / k.resolution_s) + u[1]) * k.resolution_s
+            ELSE c.submit END AS submit_s,
+       {_placed("c.run", 2)} AS run_s,
+       {_placed("c.queue", 3)} AS queue_s,
+       {PLACED_GPUS} AS released_gpus, {GPUS_MIN} AS gpus_min, {GPUS_MAX} AS gpus_max,
+       (CASE WHEN c.run > 0 THEN {_placed("c.run", 2)} / c.run ELSE 1 END)
+       * (CASE WHEN s.num_gpus > 0 THEN {PLACED_GPUS} / s.num_gpus ELSE 1 END) AS scale"""
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
 # the window (`sel`, real ids, the job name never selected, with their failure class: an
@@ -125,19 +141,22 @@ CREATE TEMP TABLE coarse AS {COARSE_SQL};
 
 # The columns the k-anonymity policy looks at, one row per job; dependencies as released
 # (`deps`: raw -> cleaned text).
-def outcome_sql(t: str) -> str:
-    """SQL: a job's released state and exit class, from relation `t` (sel joined to coarse)."""
-    return f"""CASE WHEN {t}.censored AND {t}.queue_s IS NOT NULL THEN 'running'
+def outcome_sql(t: str, hidden: str = "FALSE") -> str:
+    """SQL: a job's released state, exit and failure class, from relation `t` (sel joined to
+    coarse); an ended job's are unknown where `hidden` (the k rule's last rung)."""
+    ended = f"NOT {t}.censored AND NOT {hidden}"
+    return f"""CASE WHEN {t}.censored AND {t}.queue IS NOT NULL THEN 'running'
             WHEN {t}.censored THEN 'pending'
+            WHEN {hidden} THEN 'unknown'
             ELSE {state_sql(f"{t}.state")} END AS state,
-       CASE WHEN NOT {t}.censored THEN {exit_class_sql(f"{t}.exit_code")} END AS exit_class,
-       CASE WHEN NOT {t}.censored THEN {t}.failure_class END AS failure_class"""
+       CASE WHEN {ended} THEN {exit_class_sql(f"{t}.exit_code")} END AS exit_class,
+       CASE WHEN {ended} THEN {t}.failure_class END AS failure_class"""
 
 
 PEOPLE_SQL = f"""
 CREATE TEMP TABLE people AS
     SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, t.partition,
-           time_limit_s, submit_bin, run_bin, queue_bin, d.clean AS dependencies,
+           time_limit_s, submit, run, queue, d.clean AS dependencies,
            {outcome_sql("t")}
     FROM (SELECT * FROM sel JOIN coarse USING (r)) t
     LEFT JOIN deps d ON d.raw = t.dependencies
@@ -287,21 +306,38 @@ rdma_job AS (
            CASE WHEN count(rx) = count(*) THEN sum(rx) END::BIGINT AS rdma_rx_bytes
     FROM rdma GROUP BY r
 ),
+released AS (
+    SELECT r, c.censored, c.queue, k.resolution_s, k.ratio, k.outcome_hidden, k.shape_hidden,
+           {RELEASED_TIMES}
+    FROM coarse c JOIN kept k USING (r) JOIN sel s USING (r)
+),
 times AS (
-    SELECT *, c.submit_s + c.queue_s AS start_s, c.submit_s + c.queue_s + c.run_s AS end_s
-    FROM sel JOIN coarse c USING (r)
+    SELECT * EXCLUDE (num_nodes, gpus_per_node, num_gpus, nodes),
+           CASE WHEN NOT c.shape_hidden THEN num_nodes END AS num_nodes,
+           CASE WHEN NOT c.shape_hidden THEN gpus_per_node END AS gpus_per_node,
+           c.released_gpus AS num_gpus,
+           c.submit_s + c.queue_s AS start_s, c.submit_s + c.queue_s + c.run_s AS end_s
+    FROM sel JOIN released c USING (r)
 )
 SELECT t.job_id, t."user", k."group", t.submit_s, t.start_s, t.end_s, t.run_s, t.queue_s,
-       {outcome_sql("t")},
+       t.resolution_s AS submit_bin_s, t.ratio AS run_bin_ratio, t.gpus_min, t.gpus_max,
+       {outcome_sql("t", "t.outcome_hidden")},
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, k.gpu_model,
        t.num_gpus::DOUBLE AS gpu_request, t.time_limit_s, t.interactive, t.censored,
        d.clean AS dependencies,
-       nl.nodes, g.gpu_util_mean,
+       CASE WHEN NOT t.shape_hidden THEN nl.nodes END AS nodes, g.gpu_util_mean,
        CASE WHEN g.gpus = 1 THEN g.gpu_util_mean ELSE p.gpu_util_p50 END AS gpu_util_p50,
        g.gpu_util_max, g.sm_active_mean,
        CASE WHEN g.gpus = 1 THEN g.sm_active_mean ELSE p.sm_active_p50 END AS sm_active_p50,
-       g.gpu_mem_peak_bytes, g.energy_j, rj.rdma_tx_bytes, rj.rdma_rx_bytes,
-       nl.node_rdma_tx_bytes, nl.node_rdma_rx_bytes
+       g.gpu_mem_peak_bytes, g.energy_j * t.scale AS energy_j,
+       (rj.rdma_tx_bytes * t.scale)::BIGINT AS rdma_tx_bytes,
+       (rj.rdma_rx_bytes * t.scale)::BIGINT AS rdma_rx_bytes,
+       CASE WHEN NOT t.shape_hidden
+            THEN list_transform(nl.node_rdma_tx_bytes, lambda b: (b * t.scale)::BIGINT)
+            END AS node_rdma_tx_bytes,
+       CASE WHEN NOT t.shape_hidden
+            THEN list_transform(nl.node_rdma_rx_bytes, lambda b: (b * t.scale)::BIGINT)
+            END AS node_rdma_rx_bytes
 FROM times t
 JOIN kept k USING (r)
 LEFT JOIN deps d ON d.raw = t.dependencies
@@ -372,7 +408,6 @@ INCIDENT_NODES = {
 PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,63}$")
 IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")  # looks like a version, is an address
-MAX_SHIFT_S = 7 * 86_400
 # The released fields that show each quasi-identifier: dropping all of them hides it.
 SHOWN_BY = {
     "queue": ("queue_s", "start_s", "end_s"),
@@ -399,6 +434,7 @@ class Release:
     window_jobs: int = 0
     window_gpu_hours: float = 0.0
     kept_gpu_hours: float = 0.0
+    privacy: PrivacyReport | None = None  # when built with the public view to attack it
 
     def refusal(self, settings: TraceSettings) -> str | None:
         """Why this release must not be published, or None: it keeps none of the window's
@@ -416,7 +452,8 @@ class Release:
             f"({jobs:.0%}) and {hours:.0%} of their GPU-hours, under [trace] min_kept_share "
             f"= {settings.min_kept_share:g} (or none at all): the k={settings.k} rule over "
             f"{', '.join(_quasi_identifiers(settings))} left the rest out; nothing written "
-            "(widen the window, or coarsen: lower k or fewer quasi_identifiers)"
+            '(widen the window, or coarsen: rare_shapes = "generalize", a lower k or fewer '
+            "quasi_identifiers)"
         )
 
 
@@ -435,8 +472,10 @@ def build_release(
     key: bytes,
     settings: TraceSettings = TraceSettings(),  # noqa: B008 (frozen dataclass)
     timeseries: bool = False,
+    public: pa.Table | None = None,
 ) -> Release:
-    """Select, summarise and anonymize the jobs submitted in [since, until)."""
+    """Select, summarise and anonymize the jobs submitted in [since, until); with `public`
+    (`linkage.public_view` of the window), attack the result for its privacy report."""
     since, until = _utc(since), _utc(until)
     if until <= since:
         raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
@@ -449,7 +488,6 @@ def build_release(
         "until": until,
         "origin": origin,
         "res": settings.time_resolution_s,
-        "ratio": settings.duration_ratio,
         "salt": _secret(key, "salt").hex(),
     }
     for statement in filter(str.strip, STAGE_SQL.split(";")):
@@ -467,7 +505,12 @@ def build_release(
         statement = NODE_MAP_SQL.format(order=NODE_ORDER[settings.node_aliases])
         con.execute(statement, _used(params | {"width": max(3, len(str(nodes)))}, statement))
     suppressed = apply_k_anonymity(
-        con, settings.k, settings.rare_shapes, _quasi_identifiers(settings)
+        con,
+        settings.k,
+        settings.rare_shapes,
+        _quasi_identifiers(settings),
+        ladder(settings, _span_s(since, until, settings)),
+        _secret(key, "cover"),
     )
     statement = jobs_sql(aliases)
     kept = con.sql(statement, params=_used(params, statement)).to_arrow_table()
@@ -485,9 +528,27 @@ def build_release(
     incidents = conform(
         INCIDENTS, con.sql(statement, params=_used(params, statement)).to_arrow_table()
     )
+    ((window_jobs, window_hours, kept_hours),) = con.execute(
+        KEPT_SHARE_SQL, _used(params, KEPT_SHARE_SQL)
+    ).fetchall()
+    policy = _policy(settings)
+    release_start = SECRET_ORIGIN if settings.time_shift else since
+    report = None
+    if public is not None:
+        report = assess(
+            jobs,
+            {"release_start": release_start.isoformat(), "anonymization": policy},
+            public,
+            key,
+            origin.timestamp(),
+            con.sql("SELECT * FROM pool_stats").to_arrow_table(),
+            (window_jobs, jobs.num_rows, kept_hours / window_hours if window_hours else 1.0),
+            _quasi_identifiers(settings),
+            settings.k,
+        )
     info = ReleaseInfo(
         title=settings.title,
-        release_start=SECRET_ORIGIN if settings.time_shift else since,
+        release_start=release_start,
         release_end=None if settings.time_shift else until,
         source="sing export",
         collection=_collection_text(settings),
@@ -495,13 +556,21 @@ def build_release(
         + ([INVENTORY_LINE[aliases]] if inventory is not None else []),
         biases=BIASES,
         threat_model=THREAT_MODEL,
-        policy=_policy(settings),
+        policy=policy,
+        privacy=report.lines() if report else [],
+        privacy_figures=report.as_dict() if report else None,
     )
-    ((window_jobs, window_hours, kept_hours),) = con.execute(
-        KEPT_SHARE_SQL, _used(params, KEPT_SHARE_SQL)
-    ).fetchall()
     return Release(
-        jobs, series, info, suppressed, incidents, inventory, window_jobs, window_hours, kept_hours
+        jobs,
+        series,
+        info,
+        suppressed,
+        incidents,
+        inventory,
+        window_jobs,
+        window_hours,
+        kept_hours,
+        report,
     )
 
 
@@ -519,7 +588,9 @@ def export_trace(
     `key` is the release's HMAC key; None reads `settings.key_file` or makes a fresh one.
     """
     key = key if key is not None else load_key(settings.key_file)
-    release = build_release(warehouse, since, until, key, settings, timeseries)
+    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+    public = public_view(wh, _utc(since), _utc(until))
+    release = build_release(wh, since, until, key, settings, timeseries, public)
     path = write_release(out_dir, release, settings)
     figures = json.loads((path / AGGREGATES).read_text())  # computed once, by write_trace
     return ExportResult(path, release.jobs.num_rows, release.suppressed_jobs, figures)
@@ -591,6 +662,13 @@ def _secret_shift(key: bytes, resolution_s: int) -> int:
     time bins, so that the bins the k rule counted are the bins a reader sees."""
     steps = MAX_SHIFT_S // resolution_s if resolution_s > 0 else MAX_SHIFT_S
     return int.from_bytes(_secret(key, "shift")[:8]) % steps * max(resolution_s, 1)
+
+
+def _span_s(since: datetime, until: datetime, settings: TraceSettings) -> int:
+    """Whole days from the earliest possible secret origin to the window's end: one submit
+    bin of this width from the origin holds every job of the window, whatever the shift."""
+    shift = MAX_SHIFT_S if settings.time_shift else 0
+    return -(-(shift + int((until - since).total_seconds())) // 86_400) * 86_400
 
 
 def _quasi_identifiers(settings: TraceSettings) -> tuple[str, ...]:
@@ -722,7 +800,10 @@ def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -
         f"Times are seconds since {origin}. "
         + (f"Submit times are known to {res} s bins" if res else "Submit times are exact")
         + (f", run and queue times to buckets growing by x{ratio:g}" if ratio > 1 else "")
-        + "; values are placed at random inside their bin.",
+        + " at best; each job's own precision is in submit_bin_s, run_bin_ratio and "
+        "gpus_min/gpus_max, and its values are placed at random inside their bin. Energy and "
+        "RDMA bytes are scaled with the released run time and GPU count, so their rates are "
+        "exact and they say no more of either.",
         "Partition names: "
         + (
             "all raw"
@@ -733,9 +814,18 @@ def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -
         + ("any package name" if ANY in settings.packages else "only listed public packages")
         + ".",
         f"Groups with fewer than k={settings.k} users are merged into group 'other'; rare "
-        f"resource shapes: policy '{settings.rare_shapes}'. A job is released only when the "
-        f"jobs with its {', '.join(_quasi_identifiers(settings)) or 'nothing'} hold at least "
-        f"k={settings.k} users, none with more than half of them; {suppressed} jobs left out.",
+        f"resource shapes: policy '{settings.rare_shapes}'. A job is released among jobs "
+        f"with the same {', '.join(_quasi_identifiers(settings)) or 'nothing'} that hold at "
+        f"least k={settings.k} users, none with more than half of them"
+        + (
+            ": where its own do not, at the first coarser precision where they do (submit "
+            "bins up to the whole window, run buckets up to x"
+            f"{settings.max_duration_ratio:g}, then the GPU model, the outcome and the "
+            "size hidden), with jobs of other users published at that precision too as cover"
+            if settings.rare_shapes == "generalize"
+            else ""
+        )
+        + f"; {suppressed} jobs left out.",
         "Fields left out: " + (", ".join(settings.drop) or "none") + ".",
     ]
 
@@ -766,8 +856,9 @@ THREAT_MODEL = (
 
 BIASES = [
     "Telemetry of a censored job covers samples up to the end of the release's last day.",
-    "Jobs whose shape or cell was rare were generalised or left out, so the largest, most "
-    "unusual and most bursty jobs (one user's many similar jobs) are under-represented.",
+    "Jobs whose shape or cell was rare were released at a coarser precision (or, rarely, left "
+    "out), so the largest, most unusual and most bursty jobs (one user's many similar jobs) "
+    "are known less precisely; the privacy report says how many at each precision.",
     "GPU utilisation is the driver's coarse 'any kernel running' ratio; SM activity is the "
     "better measure of how busy a GPU was.",
     "Jobs without samples (e.g. CPU-only, or before monitoring started) have empty telemetry.",

@@ -20,9 +20,10 @@ from sing.health.failures import FAILURE_CLASSES
 FORMAT_NAME = "sing-trace"
 # 1.1: datapackage.json "anonymization"; a secret time origin. 1.2: jobs.gpu_request (shares of
 # one GPU), jobs.gpu_model_request and jobs.failure_class; the optional `nodes` resource (the
-# cluster's inventory) and `incidents` resource. Each step only adds, so a 1.2 reader reads 1.0
-# and 1.1 releases.
-FORMAT_VERSION = "1.2"
+# cluster's inventory) and `incidents` resource. 1.3: jobs.submit_bin_s, jobs.run_bin_ratio,
+# jobs.gpus_min and gpus_max, the precision each job was released at. Each step only adds, so a 1.3
+# reader reads 1.0-1.2 releases.
+FORMAT_VERSION = "1.3"
 
 STATES = (
     "completed",
@@ -137,6 +138,34 @@ JOBS = Resource(
         ),
         Field("run_s", F, "s", "Run time (end - start, or the source's duration).", minimum=0),
         Field("queue_s", F, "s", "Queueing delay, start - submit.", minimum=0),
+        Field(
+            "submit_bin_s",
+            F,
+            "s",
+            "Precision of this job's times: its true submit time lies in the bin of this width "
+            "(from the time origin) that holds submit_s; 0 or empty = exact.",
+            minimum=0,
+        ),
+        Field(
+            "run_bin_ratio",
+            F,
+            "ratio",
+            "Precision of this job's durations: its true run and queue times lie in the bucket "
+            "[ratio^n, ratio^(n+1)) that holds run_s and queue_s; 1 or empty = exact.",
+            minimum=1,
+        ),
+        Field(
+            "gpus_min",
+            INT,
+            "GPUs",
+            "Precision of this job's size: empty = exact; else its true GPU count lies in "
+            "[gpus_min, gpus_max], num_gpus is a value placed at random in it, and num_nodes, "
+            "gpus_per_node and nodes are empty (a rare large shape).",
+            minimum=1,
+        ),
+        Field(
+            "gpus_max", INT, "GPUs", "Upper end of the GPU count's range (see gpus_min).", minimum=1
+        ),
         Field("state", S, None, "Final (or last seen) job state.", True, enum=STATES),
         Field(
             "exit_class", S, None, "Exit code class: success (0), error, signal.", enum=EXIT_CLASSES
@@ -264,7 +293,9 @@ INCIDENTS = Resource(
 
 RESOURCES = {r.name: r for r in (JOBS, TIMESERIES, NODES, INCIDENTS)}
 # Fields a release may leave out by policy ([trace] drop); identity and timing fields stay.
-DROPPABLE = tuple(f.name for f in JOBS.fields if not f.required and f.name not in ("run_s",))
+# Needed to read a release: run time, and the precision its times are known to.
+KEPT_ALWAYS = ("run_s", "submit_bin_s", "run_bin_ratio", "gpus_min", "gpus_max")
+DROPPABLE = tuple(f.name for f in JOBS.fields if not f.required and f.name not in KEPT_ALWAYS)
 
 
 def conform(resource: Resource, data: pa.Table, dropped: tuple[str, ...] = ()) -> pa.Table:

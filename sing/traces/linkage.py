@@ -22,17 +22,15 @@ owner of each pseudonym, and so read the GPU efficiency of all that person's job
    Released jobs that declare the same dependencies are voted on together as well (a private
    package name is a fingerprint). The attacker names a user only above a posterior of 1/2.
 
-`evaluate` builds a release with a known key, attacks it, and scores the claims against the
-truth the steward holds: the share of users with at least one correctly named pseudonym, and the
-share of released jobs whose owner the attacker names correctly.
+`energy_attack` tries what the sacct attack does not: a published quantity that grows with the
+run time (energy) read back as a run time. `sing.traces.privacy` runs both on every release and
+scores the claims against the truth the steward holds.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import duckdb
 import numpy as np
@@ -42,9 +40,8 @@ import pyarrow.compute as pc
 from sing.times import parse_time
 from sing.traces import sql
 from sing.traces.anonymize import OTHER, pseudonymize
-from sing.traces.export import MAX_SHIFT_S, build_release
 from sing.traces.format import JOBS, conform, exit_class_sql, state_sql
-from sing.traces.settings import ANY, TraceSettings
+from sing.traces.settings import MAX_SHIFT_S
 from sing.warehouse.analytics import first_node_version_join
 from sing.warehouse.store import Warehouse
 
@@ -81,36 +78,6 @@ class Attack:
     reversed: dict[str, int]  # pseudonymous values reversed, per kind
 
 
-@dataclass(frozen=True)
-class Linkage:
-    """How well the attack did against one release, scored with the steward's truth, and what
-    the policy cost: jobs left out, and how far the released run and queue times are from the
-    window's true ones (Kolmogorov-Smirnov distance, 0 = same distribution, 1 = disjoint;
-    None where the release does not show them)."""
-
-    scenario: str
-    jobs: int
-    left_out: int
-    users: int
-    users_linked: int
-    jobs_linked: int
-    wrong_claims: int
-    run_ks: float | None
-    queue_ks: float | None
-    refused: str | None = None  # why `sing trace export` would write no such release
-
-    @property
-    def users_pct(self) -> float:
-        return 100 * self.users_linked / self.users if self.users else 0.0
-
-    @property
-    def jobs_pct(self) -> float:
-        return 100 * self.jobs_linked / self.jobs if self.jobs else 0.0
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self) | {"users_pct": self.users_pct, "jobs_pct": self.jobs_pct}
-
-
 def public_view(
     warehouse: Warehouse, since: datetime, until: datetime, margin_s: int = MAX_SHIFT_S
 ) -> pa.Table:
@@ -120,26 +87,26 @@ def public_view(
     return warehouse.connect().sql(PUBLIC_SQL, params=params).to_arrow_table()
 
 
-def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
-    """Name the owners of a release's jobs from the public view (see the module docstring)."""
+def attack(
+    release: pa.Table, package: dict, public: pa.Table, origin: float | None = None
+) -> Attack:
+    """Name the owners of a release's jobs from the public view (see the module docstring).
+    `origin` (Unix seconds) hands the attacker the secret time origin instead of estimating it:
+    the strongest version, as if the origin had leaked."""
     policy = package.get("anonymization") or {}
     res = float(policy.get("time_resolution_s", 0))
     ratio = float(policy.get("duration_ratio", 1.0))
     con = sql.connect()
     con.register("rel_in", conform(JOBS, release))
     con.register("pub_in", public)
-    con.execute(_released_sql(res, ratio))
-    con.execute(_public_sql(ratio))
+    con.execute(RELEASED_SQL, {"res": res, "ratio": ratio})
+    con.execute(PUBLIC_DURATIONS_SQL)
     partitions = _reverse_partitions(con)
-    if policy.get("time_origin", "release_start") == "release_start":
+    if origin is None and policy.get("time_origin", "release_start") == "release_start":
         origin = parse_time(package["release_start"], "release_start").timestamp()
-    else:
-        origin = _estimate_origin(con, res)
-    con.execute(
-        f"CREATE TEMP TABLE pub AS "
-        f"SELECT *, {_bin('submit - $origin', res)} AS sbin FROM pub_durations",
-        {"origin": origin},
-    )
+    elif origin is None:
+        origin = _estimate_origin(con)
+    con.execute(PUBLIC_BINS_SQL, {"origin": origin})
     con.execute(CANDIDATES_SQL)
     reversed_values = {
         "partition": partitions,
@@ -151,48 +118,66 @@ def attack(release: pa.Table, package: dict, public: pa.Table) -> Attack:
     return Attack(_claims(con), origin, reversed_values)
 
 
-def _bin(x: str, res: float) -> str:
-    return f"floor(({x}) / {res} + {EPS})" if res > 0 else f"round({x})"
+def _bin(x: str, res: str) -> str:
+    """SQL: the bin of time `x` at resolution `res` (a column or number; 0 = exact)."""
+    return f"CASE WHEN {res} > 0 THEN floor(({x}) / {res} + {EPS}) ELSE round({x}) END"
 
 
-def _duration_bin(x: str, ratio: float, released: bool) -> str:
-    """The bucket of a duration: released values sit inside theirs (hence EPS); public ones
-    are binned exactly as the export bins true durations."""
-    if ratio <= 1:
-        return f"round({x})"
+def _duration_bin(x: str, ratio: str, released: bool) -> str:
+    """SQL: the bucket of a duration at factor `ratio` (a column): released values sit inside
+    theirs (hence EPS); public ones are binned exactly as the export bins true durations."""
     eps = f" + {EPS}" if released else ""
-    return f"CASE WHEN {x} >= 1 THEN floor(ln({x}) / ln({ratio}){eps}) ELSE round({x}) END"
+    return (
+        f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN floor(ln({x}) / ln({ratio}){eps}) "
+        f"ELSE round({x}) END"
+    )
 
 
-def _released_sql(res: float, ratio: float) -> str:
-    return f"""
+# The released jobs with the bins of their own precision (a release before format 1.3 has one
+# precision, the policy's $res and $ratio); an outcome the release hides matches any.
+RELEASED_SQL = f"""
 CREATE TEMP TABLE rel AS
+WITH r AS (
+    SELECT *, coalesce(submit_bin_s, $res) AS sres, coalesce(run_bin_ratio, $ratio) AS rratio
+    FROM rel_in
+)
 SELECT row_number() OVER () - 1 AS i, coalesce("user", 'row' || i) AS pseudonym, "group",
        partition, num_nodes, gpus_per_node, num_gpus, gpu_model, nodes, submit_s, time_limit_s,
-       CASE WHEN NOT censored THEN state END AS state, exit_class,
-       nullif(dependencies, '{{}}') AS fingerprint,
-       {_bin("submit_s", res)} AS sbin,
-       CASE WHEN NOT censored THEN {_duration_bin("run_s", ratio, True)} END AS rbin,
-       {_duration_bin("queue_s", ratio, True)} AS qbin
-FROM rel_in
+       CASE WHEN NOT censored AND state != 'unknown' THEN state END AS state, exit_class,
+       nullif(dependencies, '{{}}') AS fingerprint, sres, rratio, gpus_min, gpus_max,
+       {_bin("submit_s", "sres")} AS sbin,
+       CASE WHEN NOT censored THEN {_duration_bin("run_s", "rratio", True)} END AS rbin,
+       {_duration_bin("queue_s", "rratio", True)} AS qbin
+FROM r
 """
 
-
-def _public_sql(ratio: float) -> str:
-    """The public jobs with their duration buckets (which a time shift does not change)."""
-    return f"""
+# The public jobs with their duration and size buckets at each precision the release uses
+# (which a time shift does not change).
+PUBLIC_DURATIONS_SQL = f"""
 CREATE TEMP TABLE pub_durations AS
-SELECT *, partition AS real_partition, {_duration_bin('"end" - start', ratio, False)} AS rbin,
-       {_duration_bin("start - submit", ratio, False)} AS qbin
-FROM pub_in
+SELECT p.*, p.partition AS real_partition, x.rratio,
+       {_duration_bin('p."end" - p.start', "x.rratio", False)} AS rbin,
+       {_duration_bin("p.start - p.submit", "x.rratio", False)} AS qbin
+FROM pub_in p, (SELECT DISTINCT rratio FROM rel) x
+"""
+
+# And their submit bins under an origin, at each precision of the release. Parameter: $origin.
+PUBLIC_BINS_SQL = f"""
+CREATE TEMP TABLE pub AS
+SELECT p.*, x.sres, {_bin("p.submit - $origin", "x.sres")} AS sbin
+FROM pub_durations p JOIN (SELECT DISTINCT sres, rratio FROM rel) x USING (rratio)
 """
 
 
-# A released job `r` and a public one `p` of the same size, durations, time limit and outcome;
-# a value the release does not show (dropped, or cut by the window) matches any.
-SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
-    AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
-    AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
+# A released job `r` and a public one `p` of the same size (or size class), durations, time
+# limit and outcome; a value the release does not show (dropped, or cut by the window) matches
+# any.
+SAME_SIZE = """r.rratio = p.rratio
+    AND CASE WHEN r.gpus_min IS NULL
+             THEN r.num_nodes IS NOT DISTINCT FROM p.num_nodes
+                  AND r.gpus_per_node IS NOT DISTINCT FROM p.gpus_per_node
+                  AND r.num_gpus IS NOT DISTINCT FROM p.num_gpus
+             ELSE p.num_gpus BETWEEN r.gpus_min AND r.gpus_max END
     AND (r.rbin IS NULL OR r.rbin = p.rbin) AND (r.qbin IS NULL OR r.qbin = p.qbin)
     AND (r.time_limit_s IS NULL OR r.time_limit_s = p.time_limit_s)
     AND (r.state IS NULL OR r.state = p.state)
@@ -203,7 +188,7 @@ SAME_SIZE = """r.num_nodes IS NOT DISTINCT FROM p.num_nodes
 CANDIDATES_SQL = f"""
 CREATE TEMP TABLE cand AS
 SELECT r.i, p.pub, p."user", p.account, p.partition, p.nodes
-FROM rel r JOIN pub p ON r.sbin = p.sbin AND {SAME_SIZE}
+FROM rel r JOIN pub p ON r.sres = p.sres AND r.sbin = p.sbin AND {SAME_SIZE}
     AND (r.gpu_model IS NULL OR r.gpu_model = '{OTHER}' OR r.gpu_model = p.gpu_model)
     AND (r.real_partition IS NULL OR r.real_partition = p.partition)
 """
@@ -254,13 +239,16 @@ SELECT v, real FROM ranked WHERE rank = 1 AND votes >= 2 * coalesce(second, 0) A
 """
 
 
-def _estimate_origin(con: duckdb.DuckDBPyConnection, res: float) -> float:
-    """The origin most (released, public) pairs of equal size and durations allow."""
+def _estimate_origin(con: duckdb.DuckDBPyConnection) -> float:
+    """The origin most (released, public) pairs of equal size and durations allow, from the
+    released jobs of the finest submit precision (the most telling)."""
+    ((res,),) = con.execute("SELECT coalesce(min(sres), 0) FROM rel").fetchall()
     width = max(res, 1.0)
     pairs = con.execute(
         f"""
         WITH sample AS (
-            SELECT * FROM rel WHERE rbin IS NOT NULL ORDER BY hash(i) LIMIT {OFFSET_JOBS}
+            SELECT * FROM rel WHERE rbin IS NOT NULL AND sres = {res}
+            ORDER BY hash(i) LIMIT {OFFSET_JOBS}
         ),
         pairs AS (
             SELECT r.i, p.submit - r.sbin * {width} AS hi, count(*) OVER (PARTITION BY r.i) AS n
@@ -293,18 +281,21 @@ def _most_whole_cells(con: duckdb.DuckDBPyConnection, res: float, origins: np.nd
     per group (submit bin, run and queue bin, size), then the one that draws them from the
     fewest public jobs: under the true origin every released group is a subset of its public
     group (the whole of it where the k rule kept whole cells), while a wrong one merges
-    unrelated jobs."""
+    unrelated jobs. Only the released jobs of submit precision `res` take part."""
     ((queue, partition),) = con.execute(
         "SELECT count(qbin) > 0, count(real_partition) > 0 FROM rel"
     ).fetchall()
-    key = "sbin, rbin, num_nodes, gpus_per_node, num_gpus"
+    key = "sbin, rratio, rbin, num_nodes, gpus_per_node, num_gpus"
     key += (", qbin" if queue else "") + (", real_partition" if partition else "")
     rows = con.execute(
         f"""
         WITH g AS (SELECT unnest($origins::DOUBLE[]) AS origin),
-        r AS (SELECT {key}, count(*) AS n FROM rel WHERE rbin IS NOT NULL GROUP BY ALL),
+        r AS (
+            SELECT {key}, count(*) AS n FROM rel
+            WHERE rbin IS NOT NULL AND sres = {res} GROUP BY ALL
+        ),
         p AS (
-            SELECT g.origin, {_bin("submit - g.origin", res)} AS sbin,
+            SELECT g.origin, {_bin("submit - g.origin", str(res))} AS sbin,
                    {key.removeprefix("sbin, ")}, count(*) AS n
             FROM pub_durations, g WHERE rbin IS NOT NULL GROUP BY ALL
         )
@@ -355,8 +346,10 @@ def _reverse_nodes(con: duckdb.DuckDBPyConnection) -> int:
     names = [
         n
         for (n,) in con.execute(
-            "SELECT DISTINCT unnest(nodes) AS n FROM pub WHERE sbin BETWEEN "
-            "(SELECT min(sbin) FROM rel) AND (SELECT max(sbin) FROM rel) ORDER BY n"
+            "WITH f AS (SELECT min(sres) AS sres FROM rel), "
+            "b AS (SELECT min(sbin) AS lo, max(sbin) AS hi FROM rel SEMI JOIN f USING (sres)) "
+            "SELECT DISTINCT unnest(nodes) AS n FROM pub SEMI JOIN f USING (sres), b "
+            "WHERE sbin BETWEEN lo AND hi ORDER BY n"
         ).fetchall()
     ]
     votes = con.execute(
@@ -463,112 +456,71 @@ def _claims(con: duckdb.DuckDBPyConnection) -> list[str | None]:
     return claims
 
 
-def evaluate(
-    warehouse: Warehouse | str | Path,
-    since: datetime,
-    until: datetime,
-    settings: TraceSettings,
-    key: bytes,
-    scenario: str = "as configured",
-    public: pa.Table | None = None,
-) -> Linkage:
-    """Build the release `settings` give, attack it with the public view, score the claims."""
-    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
-    since, until = since.astimezone(UTC), until.astimezone(UTC)
-    release = build_release(wh, since, until, key, settings)
-    package = {
-        "release_start": release.info.release_start.isoformat(),
-        "anonymization": release.info.policy,
-    }
-    view = public if public is not None else public_view(wh, since, until)
-    result = attack(release.jobs, package, view)
-    truth = _owners(view, key, release.jobs["job_id"])
-    claims = pa.array(result.claims, pa.string())
-    right = pc.fill_null(pc.equal(claims, truth), False)
-    wrong = pc.and_(pc.is_valid(claims), pc.invert(right))
-    return Linkage(
-        scenario=scenario,
-        jobs=release.jobs.num_rows,
-        left_out=release.suppressed_jobs,
-        users=len(pc.unique(truth)),
-        users_linked=len(pc.unique(pc.filter(truth, right))),
-        jobs_linked=pc.sum(right).as_py() or 0,
-        wrong_claims=pc.sum(wrong).as_py() or 0,
-        run_ks=_ks(
-            release.jobs, "run_s", view, pc.subtract(view["end"], view["start"]), since, until
-        ),
-        queue_ks=_ks(
-            release.jobs, "queue_s", view, pc.subtract(view["start"], view["submit"]), since, until
-        ),
-        refused=release.refusal(settings),
-    )
+def energy_attack(release: pa.Table, public: pa.Table, origin: float) -> list[str | None]:
+    """Run times read back from a quantity that grows with them. Per GPU model, the apparent
+    power (energy_j / (run_s x GPUs)) is fitted as a line in gpu_util_mean (a GPU's power
+    follows its load), each job's run time estimated as its energy over its GPUs' fitted power,
+    and the estimates scaled so that their median ratio to run_s is 1 (the fit's bias). The
+    candidates are the public jobs of the same size, model, outcome and submit bin (`origin`
+    known) whose run time is within RUN_TOLERANCE of the estimate, and the attacker names a
+    user holding more than half of them. Against energy published as measured, this recovers
+    the run time far inside its bucket; against sing's (scaled with the released run time, so
+    energy / run_s is the true mean power) it only picks a random slice of the bucket."""
+    con = sql.connect()
+    con.register("rel_in", conform(JOBS, release))
+    con.register("pub_in", public)
+    rows = con.execute(ENERGY_SQL, {"origin": origin, "tolerance": RUN_TOLERANCE}).fetchall()
+    claims: list[str | None] = [None] * release.num_rows
+    for i, user in rows:
+        claims[i] = user
+    return claims
 
 
-def _ks(
-    released: pa.Table,
-    column: str,
-    public: pa.Table,
-    truth: pa.ChunkedArray,
-    since: datetime,
-    until: datetime,
-) -> float | None:
-    """Kolmogorov-Smirnov distance between the released values of `column` and the true ones
-    of the window's jobs that finished (censored jobs left out on both sides)."""
-    if column not in released.column_names:
-        return None
-    shown = pc.filter(released[column], pc.invert(released["censored"])).drop_null()
-    window = pc.and_(
-        pc.greater_equal(public["submit"], since.timestamp()),
-        pc.less(public["submit"], until.timestamp()),
-    )
-    true = pc.filter(truth, window).drop_null()
-    if len(shown) == 0 or len(true) == 0:
-        return None
-    a = np.sort(shown.to_numpy())
-    b = np.sort(true.to_numpy())
-    points = np.concatenate([a, b])
-    gap = np.searchsorted(a, points, side="right") / len(a) - np.searchsorted(
-        b, points, side="right"
-    ) / len(b)
-    return float(np.abs(gap).max())
+RUN_TOLERANCE = 1.05  # the energy attack's run-time match: within x1.05 of its estimate
+ENERGY_SQL = f"""
+WITH r AS (
+    SELECT row_number() OVER () - 1 AS i, *, coalesce(submit_bin_s, 0) AS sres,
+           energy_j / (run_s * num_gpus) AS apparent_w
+    FROM rel_in
+),
+measured AS (
+    SELECT * FROM r
+    WHERE energy_j > 0 AND run_s > 0 AND num_gpus > 0 AND NOT censored
+      AND gpu_util_mean IS NOT NULL
+),
+fit AS (
+    SELECT gpu_model, regr_intercept(apparent_w, gpu_util_mean) AS a,
+           coalesce(regr_slope(apparent_w, gpu_util_mean), 0) AS b
+    FROM measured GROUP BY ALL
+),
+raw AS (
+    SELECT m.*, m.energy_j / (m.num_gpus * coalesce(f.a + f.b * m.gpu_util_mean, m.apparent_w))
+           AS run_raw
+    FROM measured m JOIN fit f USING (gpu_model)
+),
+est AS (
+    SELECT *, run_raw / median(run_raw / run_s) OVER (PARTITION BY gpu_model) AS run_est
+    FROM raw WHERE run_raw > 0
+),
+cand AS (
+    SELECT e.i, p."user"
+    FROM est e JOIN pub_in p
+      ON e.num_nodes = p.num_nodes AND e.gpus_per_node = p.gpus_per_node
+     AND (e.gpu_model = '{OTHER}' OR e.gpu_model = p.gpu_model)
+     AND (e.state = 'unknown' OR e.state = p.state)
+     AND p."end" > p.start
+     AND CASE WHEN e.sres > 0
+              THEN floor(e.submit_s / e.sres + {EPS}) = floor((p.submit - $origin) / e.sres)
+              ELSE abs(e.submit_s - (p.submit - $origin)) < 1 END
+     AND abs(ln((p."end" - p.start) / e.run_est)) <= ln($tolerance)
+),
+shares AS (SELECT i, "user", count(*) AS n FROM cand GROUP BY i, "user")
+SELECT i, arg_max("user", n) FROM shares GROUP BY i HAVING max(n) > {CLAIM_POSTERIOR} * sum(n)
+"""
 
 
-def _owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.Array:
+def owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.Array:
     """The real owner of each released job, found through the job-id pseudonym (steward only)."""
     ids = pseudonymize(public["pub"], key, "j", distinct=True)
     index = pc.index_in(released_ids, ids)
     return pc.take(public["user"], index)
-
-
-def scenarios(settings: TraceSettings) -> list[tuple[str, TraceSettings]]:
-    """The configured policy, then each protection relaxed on its own, then none at all."""
-    replace = dataclasses.replace
-
-    def shown(*fields: str, **changes) -> TraceSettings:
-        return replace(settings, drop=tuple(d for d in settings.drop if d not in fields), **changes)
-
-    without_outcome = tuple(q for q in settings.quasi_identifiers if q != "outcome")
-    relaxed = [
-        ("as configured", settings),
-        ("exact times", replace(settings, time_resolution_s=0, duration_ratio=1.0)),
-        ("times from --since", replace(settings, time_shift=False)),
-        ("random node aliases", replace(settings, node_aliases="random")),
-        ("node aliases in name order", replace(settings, node_aliases="name_order")),
-        ("start, end, queue shown", shown("start_s", "end_s", "queue_s")),
-        ("time limit shown", shown("time_limit_s")),
-        ("partition shown", shown("partition")),
-        ("partition shown, raw names", shown("partition", partitions=(ANY,))),
-        ("dependencies shown", shown("dependencies")),
-        ("dependencies, any package", shown("dependencies", packages=(ANY,))),
-        ("one pseudonym per group", replace(settings, linkage="group")),
-        ("one pseudonym per user", replace(settings, linkage="user")),
-        ("outcome not in the cells", replace(settings, quasi_identifiers=without_outcome)),
-        ("k over the shape only", replace(settings, quasi_identifiers=("shape",))),
-        ("no protection (sing 1.0)", TraceSettings.precise(k=settings.k)),
-    ]
-    seen, out = [], []
-    for name, option in relaxed:
-        if option not in seen:
-            seen.append(option)
-            out.append((name, option))
-    return out

@@ -54,6 +54,8 @@ class ReleaseInfo:
     source: str = ""  # "sing export" or "import:<format>"
     policy: dict | None = None  # an export's anonymization settings (datapackage.json)
     threat_model: str = ""
+    privacy: list[str] = field(default_factory=list)  # the privacy report (Markdown lines)
+    privacy_figures: dict | None = None  # the same for scripts (datapackage.json "privacy")
     source_gpu_seconds: float | None = None  # an import's source GPU-time (traces.conservation)
 
 
@@ -194,6 +196,7 @@ def _datapackage(info: ReleaseInfo, resources: list[dict], figures: dict) -> dic
         "source": info.source,
         "aggregates": AGGREGATES,
         **({"anonymization": info.policy} if info.policy else {}),
+        **({"privacy": info.privacy_figures} if info.privacy_figures else {}),
         **({PACKAGE_KEY: info.source_gpu_seconds} if info.source_gpu_seconds is not None else {}),
         "resources": resources,
     }
@@ -229,6 +232,8 @@ def _datasheet(info: ReleaseInfo, package: dict, figures: dict, nodes: pa.Table 
         collection=info.collection or "Not recorded.",
         anonymization=bullets(info.anonymization),
         threat_model=info.threat_model or "Not assessed: the publisher of the source decided.",
+        privacy="\n".join(info.privacy)
+        or "Not assessed: the release was not made from a warehouse that knows its owners.",
         biases=bullets(info.biases),
         files="\n".join(files),
         fields="\n".join(fields),

@@ -16,6 +16,11 @@ from sing.errors import UserError
 from sing.traces.format import DROPPABLE
 
 KEY_BYTES = 32
+# The last rung's GPU-count classes, by their lowest counts: 1, 2-3, 4-127, 128-4095,
+# 4096-131071. Coarse above 4 on purpose: a few people each run the large shapes (4, 8, 16, 32,
+# 64 GPUs), and only together do they make a pool.
+GPUS_CLASS_EDGES = (1, 2, 4, 128, 4096, 131072)
+MAX_SHIFT_S = 7 * 86_400  # a secret time origin lies up to this long before the window
 ANY = "*"  # in an allow-list: every name
 DEFAULT_DROP = ("dependencies", "partition", "start_s", "end_s", "queue_s", "time_limit_s")
 RARE_SHAPE_POLICIES = ("generalize", "suppress", "keep")
@@ -79,6 +84,12 @@ class TraceSettings:
     time_resolution_s: int = 86_400
     # Run and queue times are rounded to buckets growing by this factor (1 = exact).
     duration_ratio: float = 2.0
+    # A job whose cell fails the k rule at that precision is coarsened rather than left out
+    # (rare_shapes = "generalize"): its submit time to bins of up to this many seconds, then
+    # its durations to buckets squaring up to this factor, then its GPU model to "other"
+    # (`ladder`). Each job publishes the precision it got (submit_bin_s, run_bin_ratio).
+    max_time_resolution_s: int = 604_800
+    max_duration_ratio: float = 256.0
     # true: times count from a secret origin up to a week before --since, and the release
     # does not say when it starts; false: from --since, published as release_start.
     time_shift: bool = True
@@ -145,6 +156,16 @@ class TraceSettings:
             raise UserError(f"[trace] time_resolution_s < 0: {self.time_resolution_s}")
         if self.duration_ratio < 1:
             raise UserError(f"[trace] duration_ratio < 1: {self.duration_ratio}")
+        if self.max_time_resolution_s < self.time_resolution_s:
+            raise UserError(
+                f"[trace] max_time_resolution_s {self.max_time_resolution_s} is finer than "
+                f"time_resolution_s {self.time_resolution_s}"
+            )
+        if self.max_duration_ratio < self.duration_ratio:
+            raise UserError(
+                f"[trace] max_duration_ratio {self.max_duration_ratio:g} is finer than "
+                f"duration_ratio {self.duration_ratio:g}"
+            )
         if not 0 <= self.min_kept_share <= 1:
             raise UserError(f"[trace] min_kept_share: a share 0-1, not {self.min_kept_share}")
         bad = [d for d in self.drop if d not in DROPPABLE]
@@ -153,6 +174,46 @@ class TraceSettings:
                 f"[trace] drop: {', '.join(bad)} cannot be dropped; droppable: "
                 + ", ".join(DROPPABLE)
             )
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One precision a job can be released at: submit-time bins of `resolution_s` seconds (0 =
+    exact), duration buckets growing by `ratio` (1 = exact), the GPU model or "other"."""
+
+    resolution_s: int
+    ratio: float
+    model_hidden: bool = False
+    outcome_hidden: bool = False  # state "unknown", no exit or failure class
+    # nodes and GPUs per node hidden, the GPU count known to its class (GPUS_CLASS_EDGES)
+    shape_hidden: bool = False
+
+
+def ladder(settings: TraceSettings, span_s: int) -> list[Rung]:
+    """The precisions tried in turn for the jobs whose cell still fails the k rule: the
+    configured one; with rare_shapes = "generalize", then coarser submit bins (x7 at a time,
+    a day becomes a week, up to max_time_resolution_s), then one bin of `span_s` (from the
+    time origin past the window's end: the submit time says nothing), then duration buckets
+    squared (x4, x16, x256), then the GPU model hidden, then the outcome, then the shape (the
+    GPU count to its class, GPUS_CLASS_EDGES: a rare large job's). A job's published
+    precision names its rung, and so the pool of jobs it was released among (with the default
+    factors each rung's cells are unions of the last's)."""
+    rungs = [Rung(settings.time_resolution_s, settings.duration_ratio)]
+    if settings.rare_shapes != "generalize":
+        return rungs
+    res, ratio = settings.time_resolution_s, settings.duration_ratio
+    while 0 < res < settings.max_time_resolution_s:
+        res = min(res * 7, settings.max_time_resolution_s)
+        rungs.append(Rung(res, ratio))
+    res = max(res, span_s)
+    rungs.append(Rung(res, ratio))
+    while ratio < settings.max_duration_ratio:
+        ratio = min(ratio * ratio if ratio > 1 else 2.0, settings.max_duration_ratio)
+        rungs.append(Rung(res, ratio))
+    rungs.append(Rung(res, ratio, model_hidden=True))
+    rungs.append(Rung(res, ratio, model_hidden=True, outcome_hidden=True))
+    rungs.append(Rung(res, ratio, True, True, shape_hidden=True))
+    return rungs
 
 
 def load_key(key_file: str | Path | None) -> bytes:
