@@ -24,7 +24,9 @@ errors 0, 0, 5, 30, 10 s. fcfs holds j4 behind j3 (wait 5100: error 3510 s).
 
 from __future__ import annotations
 
+import csv
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -72,10 +74,21 @@ def simulate(capsys: pytest.CaptureFixture[str], wh: Path, *args: str) -> tuple[
 
 
 def test_validate_replays_the_site_under_easy_with_known_errors(
-    site: Path, capsys: pytest.CaptureFixture[str]
+    site: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, out, err = simulate(capsys, site, "--validate", "--json")
+    starts = tmp_path / "starts.csv"
+    code, out, err = simulate(capsys, site, "--validate", "--json", "--starts-out", str(starts))
     assert code == 0, err
+    with starts.open() as f:
+        started = {r["job_id"]: float(r["start_time"]) for r in csv.DictReader(f)}
+    at = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
+    assert {j: t - at for j, t in started.items()} == {
+        "j1": 0,
+        "j2": 60,
+        "j3": 3600,
+        "j4": 1860,
+        "j5": 5400,
+    }
     (row,) = json.loads(out)["rows"]
     assert row["policy"] == "easy" and row["jobs"] == 5
     assert row["recorded_mean_wait_s"] == pytest.approx(sum(RECORDED_WAITS) / 5)  # 2017 s
@@ -157,6 +170,11 @@ def test_bad_windows_say_what_works(
     assert code == 1 and message in err
 
 
-def test_an_empty_warehouse_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_or_empty_warehouse_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = simulate(capsys, tmp_path / "none")
     assert code == 1 and "no warehouse there" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = simulate(capsys, tmp_path / "empty")
+    assert code == 1 and "the warehouse holds no jobs" in err

@@ -159,6 +159,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         **{SKIP_KEYS[k]: n for k, n in skipped.items()},
         **_censored_fields(trace.censored, args.include_censored),
     }
+    if args.starts_out:
+        write_starts(runs, Path(args.starts_out))
     if args.validate:
         return _report_validation(args, source, runs, extra)
     extra = {"offered_load": load, **extra}
@@ -166,8 +168,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     quiet = quiet_note(rows)
     if quiet:
         print(quiet, file=sys.stderr)
-    if args.starts_out:
-        write_starts(runs, Path(args.starts_out))
     if args.store:
         run_id = _store(config.warehouse_dir(args.warehouse), source, settings, rows, cluster)
         print(f"stored run {run_id} in table sim_runs", file=sys.stderr)
