@@ -23,10 +23,11 @@ from sing.scheduler.nodelist import read_cluster
 from sing.scheduler.settings import POLICIES, SchedulerSettings
 from sing.scheduler.simulate import Replay, fitting, make_cluster, replay
 from sing.scheduler.validation import VALIDATION, compare_waits
-from sing.scheduler.workload import Trace, load_trace
+from sing.scheduler.workload import Trace, load_site, load_trace
 from sing.tables import Column, hours, percent, print_json, render
-from sing.times import parse_time
+from sing.times import parse_time, parse_time_or_ago
 from sing.traces.read import CensoredLoad
+from sing.warehouse.store import Warehouse
 
 SKIP_KEYS = {
     "cpu-only": "skipped_cpu_only",
@@ -63,41 +64,57 @@ QUIET_WAITED_SHARE = 0.05
 QUIET_MEAN_WAIT_S = 3600.0
 # From this many jobs a replay in pure Python takes long enough to point at the compiled build.
 NATIVE_HINT_JOBS = 10_000
+# The policy `--validate` replays a site's own record under by default: Slurm's default
+# scheduler, sched/backfill, is EASY backfill (the blocked head reserved by the running jobs'
+# time limits). A site on sched/builtin (strict FIFO) gives --policy fcfs.
+SITE_POLICY = "easy"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "simulate",
         description="Replay a trace (a release of the open format, an SWF log, simple CSV or the "
-        "Philly jobs file) on a cluster under each policy; [scheduler] settings of the config "
-        "apply. The cluster: the release's node list (an SWF log's MaxNodes and MaxProcs), "
+        "Philly jobs file), or the site's own jobs recorded in the warehouse, on a cluster under "
+        "each policy; [scheduler] settings of the config apply. The cluster: the release's node "
+        "list (an SWF log's MaxNodes and MaxProcs; the warehouse's node inventory), "
         "--cluster FILE, or --nodes x --gpus-per-node.",
     )
-    p.add_argument(
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--trace",
-        required=True,
         help="release directory (or its jobs.parquet / jobs.csv), SWF log (.swf; one processor "
         "= one GPU), simple CSV or Philly jobs CSV",
+    )
+    source.add_argument(
+        "--from-warehouse",
+        action="store_true",
+        help="replay the jobs the warehouse recorded (table jobs, synced from the scheduler) on "
+        "its node inventory (--warehouse DIR or [site] warehouse)",
     )
     p.add_argument(
         "--include-censored",
         action="store_true",
-        help="replay jobs still running at the release end, cut there (default: left out)",
+        help="replay jobs still running at the release end (--until), cut there (default: left "
+        "out)",
     )
     p.add_argument("--cluster", metavar="FILE", help="node list CSV: node,gpus,gpu_model")
     p.add_argument("--nodes", type=int, help="nodes of a uniform cluster")
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node of a uniform cluster")
-    p.add_argument("--policy", help="comma-separated (default: all; fcfs with --validate)")
+    p.add_argument(
+        "--policy",
+        help="comma-separated (default: all; with --validate fcfs, or easy --from-warehouse)",
+    )
     p.add_argument(
         "--since",
-        help="only jobs submitted at or after this time: ISO 8601 (UTC) or seconds from the "
-        "trace start with an s, e.g. 86400s",
+        help="only jobs submitted at or after this time: ISO 8601 (UTC), or seconds from the "
+        "trace start with an s, e.g. 86400s (--from-warehouse: a time ago instead, e.g. 7d)",
     )
     p.add_argument("--until", help="only jobs submitted before this time (as --since)")
     p.add_argument(
         "--validate",
         action="store_true",
-        help="compare simulated waits with the waits the trace recorded (default policy fcfs)",
+        help="compare simulated waits and starts with those recorded (default policy fcfs; "
+        "--from-warehouse easy, the closest to Slurm's backfill)",
     )
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.add_argument("--starts-out", metavar="FILE", help="write every job's start and placement")
@@ -107,14 +124,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     settings = config.section("scheduler", SchedulerSettings)
-    chosen = args.policy or ("fcfs" if args.validate else ",".join(POLICIES))
+    validated = SITE_POLICY if args.from_warehouse else "fcfs"
+    chosen = args.policy or (validated if args.validate else ",".join(POLICIES))
     policies = [p.strip() for p in chosen.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise UserError(f"--policy {args.policy!r}: choose from {', '.join(POLICIES)}")
-    trace = load_trace(args.trace, args.include_censored)
-    nodes = cluster_of(args, trace)
-    since, until = when(args.since, "--since", trace), when(args.until, "--until", trace)
+    if args.from_warehouse:
+        source = str(config.warehouse_dir(args.warehouse))
+        trace, since, until = _site(args, Path(source))
+    else:
+        source = args.trace
+        trace = load_trace(args.trace, args.include_censored)
+        since, until = when(args.since, "--since", trace), when(args.until, "--until", trace)
+    nodes = cluster_of(args, trace, source)
     windowed = trace.workload.window(since, until)
     try:
         cluster = make_cluster(nodes, args.gpus_per_node or 0, settings)
@@ -123,7 +146,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     workload, unfit = fitting(windowed, cluster, settings)
     skipped = {**trace.skipped, "cannot fit": sum(unfit.values())}
     load = offered_load(workload, cluster.total_gpus, since, until)
-    _notes(args.trace, skipped, unfit, len(workload))
+    _notes(source, skipped, unfit, len(workload))
     if trace.censored is not None and trace.censored.jobs:
         print(censored_line(trace.censored, args.include_censored), file=sys.stderr)
     runs = []
@@ -132,21 +155,21 @@ def run(args: argparse.Namespace, config: Config) -> int:
             progress.update(len(runs), note=f"{policy}, {len(workload):,} jobs")
             runs.append(replay(workload, nodes, args.gpus_per_node or 0, settings, policy))
         progress.update(len(runs))
-    if args.validate:
-        return _report_validation(args, runs)
     extra = {
-        "offered_load": load,
         **{SKIP_KEYS[k]: n for k, n in skipped.items()},
         **_censored_fields(trace.censored, args.include_censored),
     }
+    if args.starts_out:
+        write_starts(runs, Path(args.starts_out))
+    if args.validate:
+        return _report_validation(args, source, runs, extra)
+    extra = {"offered_load": load, **extra}
     rows = [{**summarize(r, settings.starvation_s), **extra} for r in runs]
     quiet = quiet_note(rows)
     if quiet:
         print(quiet, file=sys.stderr)
-    if args.starts_out:
-        write_starts(runs, Path(args.starts_out))
     if args.store:
-        run_id = _store(config.warehouse_dir(args.warehouse), args, settings, rows, cluster)
+        run_id = _store(config.warehouse_dir(args.warehouse), source, settings, rows, cluster)
         print(f"stored run {run_id} in table sim_runs", file=sys.stderr)
     if args.json:
         print_json(rows)
@@ -189,8 +212,36 @@ def quiet_note(rows: list[dict]) -> str | None:
     ).replace("%", " %")
 
 
-def cluster_of(args: argparse.Namespace, trace: Trace) -> int | list[Node]:
-    """The node list (--cluster, else the release's) or the node count of a uniform cluster."""
+def _site(args: argparse.Namespace, directory: Path) -> tuple[Trace, float, float]:
+    """The warehouse's record of [--since, --until) (default: from its first job to its last
+    job sync) and that window in epoch seconds."""
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no warehouse there (set --warehouse or [site] warehouse)")
+    since, until = _site_time(args.since, "--since"), _site_time(args.until, "--until")
+    trace, record = load_site(Warehouse(directory), since, until, args.include_censored)
+    if record.in_flight:
+        print(
+            f"note: {record.in_flight:,} GPU jobs submitted before the window held or waited "
+            "for GPUs at its start; the replay starts without them, so its first waits may come "
+            "out short",
+            file=sys.stderr,
+        )
+    return trace, record.since.timestamp(), record.until.timestamp()
+
+
+def _site_time(text: str | None, option: str) -> datetime | None:
+    """--since/--until of a warehouse replay: ISO 8601 (naive = UTC) or a time ago (7d)."""
+    if text is None:
+        return None
+    try:
+        return parse_time_or_ago(text, option)
+    except ValueError as err:
+        raise UserError(f"{err} (with --from-warehouse, times are absolute or ago)") from None
+
+
+def cluster_of(args: argparse.Namespace, trace: Trace, source: str) -> int | list[Node]:
+    """The node list (--cluster, else the release's or the warehouse's) or the node count of a
+    uniform cluster."""
     uniform = args.nodes is not None or args.gpus_per_node is not None
     if args.cluster and uniform:
         raise UserError("give either --cluster FILE or --nodes/--gpus-per-node, not both")
@@ -204,9 +255,12 @@ def cluster_of(args: argparse.Namespace, trace: Trace) -> int | list[Node]:
         return args.nodes
     if trace.nodes:
         return trace.nodes
+    what = (
+        "has no node inventory for this window" if args.from_warehouse else "carries no node list"
+    )
     raise UserError(
-        f"{args.trace} carries no node list: give the cluster with --cluster FILE "
-        "(node,gpus,gpu_model) or --nodes and --gpus-per-node"
+        f"{source} {what}: give the cluster with --cluster FILE (node,gpus,gpu_model) or --nodes "
+        "and --gpus-per-node"
     )
 
 
@@ -288,21 +342,19 @@ def write_starts(runs: list[Replay], path: Path) -> None:
 
 def _store(
     directory: Path,
-    args: argparse.Namespace,
+    source: str,
     settings: SchedulerSettings,
     rows: list[dict],
     cluster: Cluster,
 ) -> str:
     import pyarrow as pa
 
-    from sing.warehouse.store import Warehouse
-
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     from sing.schema import table
 
     extra = {
         "run_id": run_id,
-        "trace": str(args.trace),
+        "trace": source,
         "nodes": cluster.nodes,
         "gpus_per_node": cluster.gpus_per_node,  # a mixed cluster's largest node
         "settings": json.dumps(dataclasses.asdict(settings), sort_keys=True),
@@ -313,10 +365,12 @@ def _store(
     return run_id
 
 
-def _report_validation(args: argparse.Namespace, runs: list[Replay]) -> int:
-    rows = [compare_waits(r) for r in runs]
+def _report_validation(
+    args: argparse.Namespace, source: str, runs: list[Replay], extra: dict
+) -> int:
+    rows = [{**compare_waits(r), **extra} for r in runs]
     if not any(r["jobs"] for r in rows):
-        raise UserError(f"{args.trace}: no job with a recorded start time to validate against")
+        raise UserError(f"{source}: no job with a recorded start time to validate against")
     if args.json:
         print_json(rows)
     else:

@@ -17,6 +17,10 @@ small adapter that fills these columns. `load_trace` reads four formats:
   it replays as its import does: one processor is one GPU-equivalent slot, times count from the
   header's UnixStartTime, and MaxNodes/MaxProcs give the cluster.
 
+`load_site` reads a fifth source, the site's own record in its warehouse (`sing simulate
+--from-warehouse`): the jobs and node inventory a release of the window would be built from
+(traces.export.site_record), not anonymized, times counting from the window start.
+
 A source that has an importer is read only through it (`_read_source`): the direct read and
 `sing trace import` share one time rule and one set of columns, and a test replays both.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -39,6 +44,7 @@ from sing.errors import UserError
 from sing.scheduler.cluster import WHOLE, Node
 from sing.scheduler.nodelist import release_nodes, table_nodes
 from sing.times import parse_time
+from sing.traces.export import SiteRecord, site_record
 from sing.traces.importers import load
 from sing.traces.importers.common import to_jobs
 from sing.traces.read import (
@@ -51,6 +57,7 @@ from sing.traces.read import (
     simulation_frame,
     simulation_skips,
 )
+from sing.warehouse.store import Warehouse
 
 SIMPLE_COLUMNS = ("job_id", "user", "submit_time", "duration_s", "num_gpus")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -124,6 +131,23 @@ def load_trace(path: str | Path, include_censored: bool = False) -> Trace:
     workload, skipped = _read_csv(path)
     origin = min(workload.submit) if len(workload) else 0.0
     return Trace(workload, origin, None, skipped)
+
+
+def load_site(
+    warehouse: Warehouse,
+    since: datetime | None,
+    until: datetime | None,
+    include_censored: bool = False,
+) -> tuple[Trace, SiteRecord]:
+    """The jobs the warehouse recorded as submitted in [since, until) on the cluster its
+    inventory held then, and the record they came from (its window, the earlier jobs still in
+    flight at its start). Each job is held to the GPU model of the node it ran on: a partition
+    or a typed request kept it there, as far as the record tells."""
+    record = site_record(warehouse, since, until)
+    jobs = pl.from_arrow(record.jobs).rename({"gpu_model": "gpu_model_request"})
+    nodes = None if record.nodes is None else table_nodes(record.nodes, warehouse.root / "nodes")
+    trace = _trace(simulation_columns(jobs), record.since.timestamp(), nodes, include_censored)
+    return trace, record
 
 
 def read_trace(path: str | Path) -> Workload:

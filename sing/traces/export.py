@@ -107,14 +107,18 @@ RELEASED_TIMES = f"""CASE WHEN k.resolution_s > 0
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
 # the window (`sel`, real ids, the job name never selected, with their failure class: an
 # incident open at the window end counts as open), numbered `r` so that every later join and
-# group is on one integer rather than on job id text, and their per-GPU and per-node rollups;
-# the incidents open during the window (`inc`); `people` holds the columns the k-anonymity
-# policy looks at. Parameters: $since, $until.
+# group is on one integer rather than on job id text, with their times (`coarse`); then their
+# per-GPU and per-node rollups and the incidents open during the window (`inc`); `people`
+# holds the columns the k-anonymity policy looks at. Parameters: $since, $until (and
+# COARSE_SQL's).
 IN_WINDOW = "(SELECT * FROM jobs WHERE submit_time >= $since AND submit_time < $until)"
-STAGE_SQL = f"""
+WINDOW_SQL = f"""
 CREATE TEMP TABLE sel AS
     SELECT row_number() OVER () AS r, * EXCLUDE (name)
     FROM ({classified_sql(IN_WINDOW, now="$until")});
+CREATE TEMP TABLE coarse AS {COARSE_SQL};
+"""
+STAGE_SQL = f"""{WINDOW_SQL}
 CREATE TEMP TABLE inc AS
     SELECT node, class, greatest(opened_at, $since) AS opened_at,
            CASE WHEN closed_at < $until THEN closed_at END AS closed_at
@@ -135,7 +139,6 @@ CREATE TEMP TABLE rdma AS
     SELECT s.r, d.node, d.tx_bytes AS tx, d.rx_bytes AS rx
     FROM ({job_rdma_sql("rdma_days")}) d
     JOIN sel s ON s.cluster = d.cluster AND s.job_id = d.job_id;
-CREATE TEMP TABLE coarse AS {COARSE_SQL};
 """
 
 
@@ -572,6 +575,62 @@ def build_release(
         kept_hours,
         report,
     )
+
+
+# The window's jobs as the site recorded them, for its own use and never released: real ids
+# and users, exact times (seconds from $since: COARSE_SQL with $res = 0 and $ratio = 1, a job
+# cut by $until censored as in a release), and the GPU model of each job's first node in the
+# window's inventory, the cluster a replay runs on. Parameters: none beyond the staged tables.
+RECORD_SQL = f"""
+SELECT t.job_id, t."user", t.account AS "group", t.submit_s, t.submit_s + t.queue_s AS start_s,
+       t.run_s, t.queue_s, {outcome_sql("t")},
+       t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, i.gpu_model,
+       t.num_gpus::DOUBLE AS gpu_request, t.time_limit_s, t.censored
+FROM (SELECT * FROM sel JOIN coarse USING (r)) t
+LEFT JOIN inventory i ON i.node = t.nodes[1]
+ORDER BY t.submit_s, t.job_id
+"""
+# GPU jobs submitted before $since that still held or waited for GPUs at $since.
+IN_FLIGHT_SQL = """
+SELECT count(*) FROM jobs
+WHERE submit_time < $since AND coalesce(end_time, $until) > $since AND num_gpus > 0
+"""
+
+
+@dataclass
+class SiteRecord:
+    """What the warehouse recorded of [since, until): the jobs (a release's jobs columns, not
+    anonymized) and the node inventory (node, gpus, gpu_model; None when it knows none)."""
+
+    jobs: pa.Table
+    nodes: pa.Table | None
+    since: datetime
+    until: datetime
+    in_flight: int  # jobs from before `since` running or waiting at it: not in `jobs`
+
+
+def site_record(warehouse: Warehouse, since: datetime | None, until: datetime | None) -> SiteRecord:
+    """The jobs submitted in [since, until) and the inventory then, staged as a release of the
+    window is (the same window, times and censoring), without anonymizing: `sing simulate
+    --from-warehouse` replays the site's own record. `since` None: the first submit; `until`
+    None: the last job sync (the newest `recorded_at`; what ran after it is not known yet),
+    else now."""
+    con = warehouse.connect()
+    first, synced = con.execute("SELECT min(submit_time), max(recorded_at) FROM jobs").fetchone()
+    if first is None:
+        raise UserError(f"{warehouse.root}: the warehouse holds no jobs")
+    since = _utc(since or first)
+    until = _utc(until or synced or datetime.now(UTC))
+    if until <= since:
+        raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
+    params = {"since": since, "until": until, "origin": since, "res": 0, "ratio": 1.0, "salt": ""}
+    for statement in filter(str.strip, WINDOW_SQL.split(";")):
+        con.execute(statement, _used(params, statement))
+    con.execute(INVENTORY_SQL, _used(params, INVENTORY_SQL))
+    jobs = con.sql(RECORD_SQL).to_arrow_table()
+    nodes = con.sql("SELECT node, gpus, gpu_model FROM inventory ORDER BY node").to_arrow_table()
+    (in_flight,) = con.execute(IN_FLIGHT_SQL, _used(params, IN_FLIGHT_SQL)).fetchone()
+    return SiteRecord(jobs, nodes if nodes.num_rows else None, since, until, in_flight)
 
 
 def export_trace(
