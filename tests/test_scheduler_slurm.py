@@ -28,6 +28,7 @@ median 2-3 s, p99 21.2-22.2 s, bias -6.0 to -7.0 s (the replay starts jobs earli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -83,10 +84,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         collector.scrape_round()  # writes the node list sinfo gave
         executor = SlurmExecutor("campus", SETTINGS)
         began = datetime.now(UTC) - timedelta(minutes=1)
-        ids = {
-            executor.submit(parse_profile(profile(name, *shape), f"{name}.yaml", SETTINGS))
-            for name, shape in JOBS.items()
-        }
+        with contextlib.chdir(wh.parent):  # sbatch writes slurm-ID.out where it is run
+            ids = {
+                executor.submit(parse_profile(profile(name, *shape), f"{name}.yaml", SETTINGS))
+                for name, shape in JOBS.items()
+            }
         deadline = time.monotonic() + 200
         while not ids <= {r.job_id for r in executor.finished(began)}:
             assert time.monotonic() < deadline, f"jobs not done; logs in {cluster.base}/log"

@@ -251,7 +251,7 @@ def test_pods_with_node_list_known_answer(tmp_path):
     assert agg["median_run_s"] == (5000.0 + 3540.0) / 2  # of 9870, 3540, 100, 5000 (GPU pods)
     package = json.loads((out / "datapackage.json").read_text())
     assert package["release_start"] == "1970-01-01T00:00:00+00:00"
-    assert package["sing_format"]["version"] == "1.2"
+    assert package["sing_format"]["version"] == "1.3"
     assert read_nodes(out).to_pylist() == [
         {"node": "openb-node-0000", "gpus": 2, "gpu_model": "P100"},
         {"node": "openb-node-0001", "gpus": 8, "gpu_model": "V100M32"},

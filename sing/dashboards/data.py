@@ -32,6 +32,7 @@ from sing.scheduler.simulate import replay
 from sing.scheduler.workload import Workload, read_trace
 from sing.traces import workload
 from sing.traces.export import build_release, write_release
+from sing.traces.linkage import public_view
 from sing.traces.package import DATAPACKAGE, zip_trace
 from sing.traces.settings import TraceSettings, load_key
 from sing.warehouse import analytics
@@ -363,8 +364,11 @@ def trace_release(
     root: str, since: datetime, until: datetime, settings: TraceSettings
 ) -> TraceRelease:
     """The anonymized release of [since, until): its jobs for a preview and the same release
-    zipped (Parquet/CSV + datapackage.json), so what is previewed is what is downloaded."""
-    release = build_release(Warehouse(root), since, until, load_key(settings.key_file), settings)
+    zipped (Parquet/CSV + datapackage.json, the datasheet with its privacy report), so what is
+    previewed is what is downloaded."""
+    wh = Warehouse(root)
+    public = public_view(wh, since, until)
+    release = build_release(wh, since, until, load_key(settings.key_file), settings, public=public)
     jobs = pl.from_arrow(release.jobs)
     if refused := release.refusal(settings):
         return TraceRelease(jobs, release.suppressed_jobs, b"", refused)

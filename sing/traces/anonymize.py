@@ -194,9 +194,9 @@ def apply_k_anonymity(
     rungs: list[Rung],
     seed: bytes = b"",
 ) -> int:
-    """Create the temporary tables `kept` (r, group, gpu_model, resolution_s, ratio,
-    outcome_hidden, shape_hidden) from the relation `people`, each job with the precision it is
-    released at, and `pool_stats` (POOL_STATS_SQL).
+    """Create the temporary tables `kept` (r, group, gpu_model, rung, pool, resolution_s, ratio,
+    outcome_hidden, shape_hidden) from the relation `people`, each job with the pool and
+    precision it is released at, and `pool_stats` (POOL_STATS_SQL).
 
     Groups of fewer than k distinct users are merged into OTHER. A shape is (num_nodes,
     gpus_per_node, gpu_model); one used by fewer than k distinct users singles out whoever ran
@@ -235,8 +235,8 @@ def apply_k_anonymity(
     con.execute(POOL_STATS_SQL)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE kept AS "
-        'SELECT k.r, k."group", k.gpu_model, l.resolution_s, l.ratio, l.outcome_hidden, '
-        "l.shape_hidden FROM kept k JOIN rung_list l USING (rung)"
+        'SELECT k.r, k."group", k.gpu_model, k.rung, k.pool, l.resolution_s, l.ratio, '
+        "l.outcome_hidden, l.shape_hidden FROM kept k JOIN rung_list l USING (rung)"
     )
     con.unregister("rung_list")
     ((left_out,),) = con.execute("SELECT count(*) FROM base ANTI JOIN kept USING (r)").fetchall()

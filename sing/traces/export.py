@@ -1,9 +1,10 @@
 """Export a window of the warehouse as an anonymized trace release.
 
 All in one DuckDB connection: the jobs submitted in [since, until) and their per-job rollups
-(never the raw samples) are staged once with their coarsened times, the k-anonymity policy
-(`sing.traces.anonymize`) picks the kept jobs from a few narrow columns, and one query assembles
-their telemetry summaries in release order; keyed pseudonyms then replace ids over whole
+(never the raw samples) are staged once with their times, the k-anonymity policy
+(`sing.traces.anonymize`) gives each job the precision it is released at (or leaves it out)
+from a few narrow columns, and one query assembles their coarsened times and telemetry
+summaries in release order; keyed pseudonyms then replace ids over whole
 columns. Real names leave this module only as pseudonyms: job names, commands, paths, hosts and
 IPs are never selected; nodes get aliases ([trace] node_aliases). `sing.traces.linkage` measures
 what the policy leaves an attacker who can see every job's owner."""
@@ -53,12 +54,9 @@ from sing.warehouse.analytics import (
 )
 from sing.warehouse.store import Warehouse
 
-# Each job's times in release coordinates (seconds since $origin), exact, with three keyed
-# pseudo-random fractions `u` that place its released values inside the bins of the precision
-# the k rule gives it (`released_times`): a release has no bursts at bin edges and says nothing
-# finer. A job cut by the window end is censored: its run ends at $until. Parameters: $origin,
-# $until, $salt.
-COARSE_SQL = """
+# Each job's times in release coordinates (seconds since $origin), exact. A job cut by the
+# window end is censored: its run ends at $until. Parameters: $origin, $until.
+TIMES_SQL = """
 SELECT r,
        (epoch_us(submit_time) - epoch_us($origin)) / 1e6 AS submit,
        CASE WHEN start_time < $until
@@ -66,57 +64,87 @@ SELECT r,
        CASE WHEN start_time < $until
             THEN (epoch_us(least(coalesce(end_time, $until), $until))
                   - epoch_us(start_time)) / 1e6 END AS run,
-       end_time IS NULL OR end_time > $until AS censored,
-       [(hash(job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q', 'g']] AS u
+       end_time IS NULL OR end_time > $until AS censored
 FROM sel
 """
 
-
-def _placed(x: str, i: int) -> str:
-    """SQL: a released duration inside the bucket (of k.ratio) of `x`, at the job's i-th keyed
-    fraction; exact below 1 s or at ratio 1."""
-    return (
-        f"CASE WHEN k.ratio > 1 AND {x} >= 1 "
-        f"THEN pow(k.ratio, floor(ln({x}) / ln(k.ratio)) + u[{i}]) ELSE {x} END"
-    )
-
-
-# A hidden shape's GPU count class (`gpus_min`..`gpus_max`, GPUS_CLASS_EDGES) and its released
-# count, at the job's keyed fraction of the class (log-uniform, a whole number inside it).
-GPU_CLASS = f"{gpus_class('s.num_gpus')}"
+# A hidden shape's GPU count class is [EDGES[class], EDGES[class + 1] - 1] (GPUS_CLASS_EDGES).
 EDGES = f"{list(GPUS_CLASS_EDGES)}"
-GPUS_MIN = f"CASE WHEN k.shape_hidden THEN {EDGES}[{GPU_CLASS}] END"
-GPUS_MAX = f"CASE WHEN k.shape_hidden THEN {EDGES}[{GPU_CLASS} + 1] - 1 END"
-PLACED_GPUS = f"""CASE WHEN k.shape_hidden AND s.num_gpus >= 1
-    THEN least(floor({GPUS_MIN} * pow(({GPUS_MAX} + 1) / {GPUS_MIN}, u[4])), {GPUS_MAX})::BIGINT
-    ELSE s.num_gpus END"""
 
-# Over `c` (coarse), `s` (sel) and `k` (kept: the job's precision): the released submit, run
-# and queue times and GPU count, and `scale`, released over true GPU-time, by which the
-# quantities that grow with run time and GPUs (energy, RDMA bytes) are published, so that their
-# rate is exact and they tell no more of the run time or GPU count than run_s and num_gpus do.
-RELEASED_TIMES = f"""CASE WHEN k.resolution_s > 0
-            THEN (floor(c.submit / k.resolution_s) + u[1]) * k.resolution_s
-            ELSE c.submit END AS submit_s,
-       {_placed("c.run", 2)} AS run_s,
-       {_placed("c.queue", 3)} AS queue_s,
-       {PLACED_GPUS} AS released_gpus, {GPUS_MIN} AS gpus_min, {GPUS_MAX} AS gpus_max,
-       (CASE WHEN c.run > 0 THEN {_placed("c.run", 2)} / c.run ELSE 1 END)
-       * (CASE WHEN s.num_gpus > 0 THEN {PLACED_GPUS} / s.num_gpus ELSE 1 END) AS scale"""
+
+def _bin_of(x: str, ratio: str) -> str:
+    """SQL: the bucket of duration `x` at factor `ratio` (exact below 1 s or at 1)."""
+    return f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN floor(ln({x}) / ln({ratio})) ELSE {x} END"
+
+
+def _placed(x: str, ratio: str, u: str) -> str:
+    """SQL: a duration inside the bucket of `x` at the keyed fraction `u` (log-uniform)."""
+    bucket = _bin_of(x, ratio)
+    return f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN pow({ratio}, {bucket} + {u}) ELSE {x} END"
+
+
+# The released times and size of each kept job. The jobs released together with equal
+# published bins (submit bin, run and queue bucket, GPU-count class: a pool where the times are
+# quasi-identifiers, as by default) pass their submit, queue and run times and GPU count on
+# along a keyed random cycle: each row shows another member's exact values, which lie in the
+# same bins, so their values are published exactly (GPU-hours conserved, distributions
+# unbent) and none says which member it is. A job alone in its bins gets values placed at
+# keyed random inside them; a job released exactly keeps its own. `scale`, released over true
+# GPU-time, scales what grows with run time and GPUs (energy, RDMA bytes), so that their rate
+# is exact and they tell no more than run_s and num_gpus do. Reads timed, kept and sel.
+# Parameters: $salt, $queue_shown (the queue bucket is published, so binds too).
+RELEASED_SQL = f"""
+members AS (
+    SELECT t.r, t.submit, t.queue, t.run, t.censored, s.num_gpus, k.rung, k.pool,
+           k.resolution_s, k.ratio, k.outcome_hidden, k.shape_hidden,
+           k.resolution_s = 0 AND k.ratio <= 1 AND NOT k.shape_hidden AS exact,
+           hash(s.job_id || $salt) AS draw,
+           [(hash(s.job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q']] AS u,
+           CASE WHEN k.resolution_s > 0 THEN floor(t.submit / k.resolution_s) END AS sbin,
+           {_bin_of("t.run", "k.ratio")} AS rbin,
+           CASE WHEN $queue_shown THEN {_bin_of("t.queue", "k.ratio")} END AS qbin,
+           CASE WHEN k.shape_hidden THEN {gpus_class("s.num_gpus")} END AS gclass
+    FROM timed t JOIN kept k USING (r) JOIN sel s USING (r)
+),
+placed AS (
+    SELECT *, row_number() OVER (cell ORDER BY draw) AS place, count(*) OVER cell AS size
+    FROM members
+    WINDOW cell AS (PARTITION BY rung, pool, sbin, rbin, qbin, gclass)
+),
+released AS (
+    SELECT a.r, a.censored, a.queue, a.resolution_s, a.ratio, a.outcome_hidden, a.shape_hidden,
+           {EDGES}[a.gclass] AS gpus_min, {EDGES}[a.gclass + 1] - 1 AS gpus_max, v.*,
+           CASE WHEN a.run > 0 AND a.num_gpus > 0 AND v.run_s IS NOT NULL
+                THEN (v.run_s * v.released_gpus) / (a.run * a.num_gpus) ELSE 1 END AS scale
+    FROM placed a JOIN placed b
+      ON b.rung = a.rung AND b.pool = a.pool
+     AND b.sbin IS NOT DISTINCT FROM a.sbin AND b.rbin IS NOT DISTINCT FROM a.rbin
+     AND b.qbin IS NOT DISTINCT FROM a.qbin AND b.gclass IS NOT DISTINCT FROM a.gclass
+     AND b.place = CASE WHEN a.exact OR a.size = 1 THEN a.place ELSE a.place % a.size + 1 END,
+    LATERAL (
+        SELECT CASE WHEN a.size > 1 OR a.resolution_s = 0 THEN b.submit
+                    ELSE (a.sbin + a.u[1]) * a.resolution_s END AS submit_s,
+               CASE WHEN a.size > 1 THEN b.run ELSE {_placed("a.run", "a.ratio", "a.u[2]")} END
+                   AS run_s,
+               CASE WHEN a.size > 1 THEN b.queue
+                    ELSE {_placed("a.queue", "a.ratio", "a.u[3]")} END AS queue_s,
+               b.num_gpus AS released_gpus
+    ) v
+)"""
 
 # Staged once into temporary tables, since each is read several times: the jobs submitted in
 # the window (`sel`, real ids, the job name never selected, with their failure class: an
 # incident open at the window end counts as open), numbered `r` so that every later join and
-# group is on one integer rather than on job id text, with their times (`coarse`); then their
+# group is on one integer rather than on job id text, with their times (`timed`); then their
 # per-GPU and per-node rollups and the incidents open during the window (`inc`); `people`
 # holds the columns the k-anonymity policy looks at. Parameters: $since, $until (and
-# COARSE_SQL's).
+# TIMES_SQL's).
 IN_WINDOW = "(SELECT * FROM jobs WHERE submit_time >= $since AND submit_time < $until)"
 WINDOW_SQL = f"""
 CREATE TEMP TABLE sel AS
     SELECT row_number() OVER () AS r, * EXCLUDE (name)
     FROM ({classified_sql(IN_WINDOW, now="$until")});
-CREATE TEMP TABLE coarse AS {COARSE_SQL};
+CREATE TEMP TABLE timed AS {TIMES_SQL};
 """
 STAGE_SQL = f"""{WINDOW_SQL}
 CREATE TEMP TABLE inc AS
@@ -146,7 +174,7 @@ CREATE TEMP TABLE rdma AS
 # (`deps`: raw -> cleaned text).
 def outcome_sql(t: str, hidden: str = "FALSE") -> str:
     """SQL: a job's released state, exit and failure class, from relation `t` (sel joined to
-    coarse); an ended job's are unknown where `hidden` (the k rule's last rung)."""
+    timed); an ended job's are unknown where `hidden` (the k rule's last rung)."""
     ended = f"NOT {t}.censored AND NOT {hidden}"
     return f"""CASE WHEN {t}.censored AND {t}.queue IS NOT NULL THEN 'running'
             WHEN {t}.censored THEN 'pending'
@@ -161,7 +189,7 @@ CREATE TEMP TABLE people AS
     SELECT r, "user", account AS "group", num_nodes, gpus_per_node, m.gpu_model, t.partition,
            time_limit_s, submit, run, queue, d.clean AS dependencies,
            {outcome_sql("t")}
-    FROM (SELECT * FROM sel JOIN coarse USING (r)) t
+    FROM (SELECT * FROM sel JOIN timed USING (r)) t
     LEFT JOIN deps d ON d.raw = t.dependencies
     {first_node_version_join("t")}
 """
@@ -309,11 +337,7 @@ rdma_job AS (
            CASE WHEN count(rx) = count(*) THEN sum(rx) END::BIGINT AS rdma_rx_bytes
     FROM rdma GROUP BY r
 ),
-released AS (
-    SELECT r, c.censored, c.queue, k.resolution_s, k.ratio, k.outcome_hidden, k.shape_hidden,
-           {RELEASED_TIMES}
-    FROM coarse c JOIN kept k USING (r) JOIN sel s USING (r)
-),
+{RELEASED_SQL},
 times AS (
     SELECT * EXCLUDE (num_nodes, gpus_per_node, num_gpus, nodes),
            CASE WHEN NOT c.shape_hidden THEN num_nodes END AS num_nodes,
@@ -492,6 +516,7 @@ def build_release(
         "origin": origin,
         "res": settings.time_resolution_s,
         "salt": _secret(key, "salt").hex(),
+        "queue_shown": not {"queue_s", "start_s", "end_s"} <= set(settings.drop),
     }
     for statement in filter(str.strip, STAGE_SQL.split(";")):
         con.execute(statement, _used(params, statement))
@@ -578,17 +603,17 @@ def build_release(
 
 
 # The window's jobs as the site recorded them, for its own use and never released: real ids
-# and users, exact times (seconds from $since: COARSE_SQL with $res = 0 and $ratio = 1, a job
-# cut by $until censored as in a release), and the GPU model of each job's first node in the
+# and users, exact times (seconds from $since: TIMES_SQL with $origin = $since, a job cut by
+# $until censored as in a release), and the GPU model of each job's first node in the
 # window's inventory, the cluster a replay runs on. Parameters: none beyond the staged tables.
 RECORD_SQL = f"""
-SELECT t.job_id, t."user", t.account AS "group", t.submit_s, t.submit_s + t.queue_s AS start_s,
-       t.run_s, t.queue_s, {outcome_sql("t")},
+SELECT t.job_id, t."user", t.account AS "group", t.submit AS submit_s,
+       t.submit + t.queue AS start_s, t.run AS run_s, t.queue AS queue_s, {outcome_sql("t")},
        t.partition, t.num_nodes, t.gpus_per_node, t.num_gpus, i.gpu_model,
        t.num_gpus::DOUBLE AS gpu_request, t.time_limit_s, t.censored
-FROM (SELECT * FROM sel JOIN coarse USING (r)) t
+FROM (SELECT * FROM sel JOIN timed USING (r)) t
 LEFT JOIN inventory i ON i.node = t.nodes[1]
-ORDER BY t.submit_s, t.job_id
+ORDER BY t.submit, t.job_id
 """
 # GPU jobs submitted before $since that still held or waited for GPUs at $since.
 IN_FLIGHT_SQL = """
@@ -623,7 +648,7 @@ def site_record(warehouse: Warehouse, since: datetime | None, until: datetime | 
     until = _utc(until or synced or datetime.now(UTC))
     if until <= since:
         raise UserError(f"--until {until.isoformat()} must be after --since {since.isoformat()}")
-    params = {"since": since, "until": until, "origin": since, "res": 0, "ratio": 1.0, "salt": ""}
+    params = {"since": since, "until": until, "origin": since, "salt": ""}
     for statement in filter(str.strip, WINDOW_SQL.split(";")):
         con.execute(statement, _used(params, statement))
     con.execute(INVENTORY_SQL, _used(params, INVENTORY_SQL))
@@ -860,9 +885,12 @@ def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -
         + (f"Submit times are known to {res} s bins" if res else "Submit times are exact")
         + (f", run and queue times to buckets growing by x{ratio:g}" if ratio > 1 else "")
         + " at best; each job's own precision is in submit_bin_s, run_bin_ratio and "
-        "gpus_min/gpus_max, and its values are placed at random inside their bin. Energy and "
-        "RDMA bytes are scaled with the released run time and GPU count, so their rates are "
-        "exact and they say no more of either.",
+        "gpus_min/gpus_max. The jobs released together with equal bins pass their exact times "
+        "and GPU counts among themselves along a secret random cycle (so a row's times and size "
+        "are another job's of its pool, inside the same bins, and the pool's distributions and "
+        "GPU-hours are exact); a job alone in its bins gets values placed at random inside "
+        "them. Energy and RDMA bytes are scaled with the released run time and GPU count, so "
+        "their rates are the job's own and they say no more of either.",
         "Partition names: "
         + (
             "all raw"

@@ -159,8 +159,8 @@ JOBS = Resource(
             INT,
             "GPUs",
             "Precision of this job's size: empty = exact; else its true GPU count lies in "
-            "[gpus_min, gpus_max], num_gpus is a value placed at random in it, and num_nodes, "
-            "gpus_per_node and nodes are empty (a rare large shape).",
+            "[gpus_min, gpus_max], num_gpus is a count from that range (its pool's), and "
+            "num_nodes, gpus_per_node and nodes are empty (a rare large shape).",
             minimum=1,
         ),
         Field(

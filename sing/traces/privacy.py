@@ -102,6 +102,10 @@ class PrivacyReport:
         """The report as Markdown, for the datasheet."""
         kept = self.kept_jobs / self.window_jobs if self.window_jobs else 1.0
         out = [
+            "How the attacks of `sing trace attack` did against this very release, scored by "
+            "the publisher, who knows every job's owner, the release key and its time origin "
+            "(docs/trace-format.md in the sing repository).",
+            "",
             f"Quasi-identifiers considered: {', '.join(self.quasi_identifiers) or 'none'}; "
             f"k = {self.k}. Kept {self.kept_jobs:,} of the window's {self.window_jobs:,} jobs "
             f"({kept:.1%}) and {self.kept_gpu_hours_share:.1%} of their GPU-hours.",
