@@ -15,7 +15,7 @@ from sing.traces import export
 from sing.traces.compare import evaluate
 from sing.traces.export import export_trace
 from sing.traces.linkage import public_view
-from sing.traces.privacy import ENERGY, SACCT, SACCT_ORIGIN
+from sing.traces.privacy import ENERGY, EXACT, SACCT, SACCT_ORIGIN
 from sing.traces.settings import TraceSettings
 from sing.warehouse.store import Warehouse
 
@@ -39,7 +39,7 @@ def test_default_release_keeps_nearly_all_and_links_nobody(history):
     result = evaluate(wh, SINCE, UNTIL, TraceSettings(), KEY, public=public)
     report = result.privacy
     assert report.kept_jobs >= 0.9 * report.window_jobs and report.kept_gpu_hours_share >= 0.9
-    assert {a.attack for a in report.attacks} == {SACCT, SACCT_ORIGIN, ENERGY}
+    assert {a.attack for a in report.attacks} == {SACCT, SACCT_ORIGIN, ENERGY, EXACT}
     for attack in report.attacks:
         assert attack.users_pct <= 5 and attack.jobs_pct <= 5, attack
     assert any(p.shape_hidden for p in report.precisions)  # the multi-node jobs are in
@@ -71,7 +71,7 @@ def test_every_export_writes_its_privacy_report(history, tmp_path):
     package = json.loads((out / "datapackage.json").read_text())
     privacy = package["privacy"]
     assert privacy["k"] == 5 and privacy["kept_jobs"] == package["resources"][0]["rows"]
-    assert [a["attack"] for a in privacy["attacks"]] == [SACCT, SACCT_ORIGIN, ENERGY]
+    assert [a["attack"] for a in privacy["attacks"]] == [SACCT, SACCT_ORIGIN, ENERGY, EXACT]
     readme = (out / "README.md").read_text()
     section = readme.split("## Privacy report", 1)[1].split("\n## ", 1)[0]
     assert "Quasi-identifiers considered: shape, submit, run, outcome; k = 5" in section

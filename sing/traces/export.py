@@ -85,20 +85,24 @@ def _placed(x: str, ratio: str, u: str) -> str:
 
 # The released times and size of each kept job. The jobs released together with equal
 # published bins (submit bin, run and queue bucket, GPU-count class: a pool where the times are
-# quasi-identifiers, as by default) pass their submit, queue and run times and GPU count on
-# along a keyed random cycle: each row shows another member's exact values, which lie in the
-# same bins, so their values are published exactly (GPU-hours conserved, distributions
-# unbent) and none says which member it is. A job alone in its bins gets values placed at
-# keyed random inside them; a job released exactly keeps its own. `scale`, released over true
-# GPU-time, scales what grows with run time and GPUs (energy, RDMA bytes), so that their rate
-# is exact and they tell no more than run_s and num_gpus do. Reads timed, kept and sel.
+# quasi-identifiers, as by default) shuffle their submit, queue and run times and GPU count
+# by a keyed random permutation (two independent keyed orders: the row in place p shows the
+# values drawn to place p): each row shows some member's exact values, which lie in the same
+# bins, so their values are published exactly (GPU-hours conserved, distributions unbent) and
+# none says which member it is. (Not a cycle: were a row never its own, seeing whose values
+# it shows would rule that job out and lift the top user above half.) A job alone in its bins
+# gets values placed at keyed random inside them; a job released exactly keeps its own.
+# `scale`, released over true GPU-time, scales what grows with run time and GPUs (energy, RDMA
+# bytes), so that their rate is exact and they tell no more than run_s and num_gpus do. Reads
+# timed, kept and sel.
 # Parameters: $salt, $queue_shown (the queue bucket is published, so binds too).
 RELEASED_SQL = f"""
 members AS (
     SELECT t.r, t.submit, t.queue, t.run, t.censored, s.num_gpus, k.rung, k.pool,
            k.resolution_s, k.ratio, k.outcome_hidden, k.shape_hidden,
            k.resolution_s = 0 AND k.ratio <= 1 AND NOT k.shape_hidden AS exact,
-           hash(s.job_id || $salt) AS draw,
+           hash(s.job_id || $salt || 'row') AS row_draw,
+           hash(s.job_id || $salt || 'values') AS values_draw,
            [(hash(s.job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q']] AS u,
            CASE WHEN k.resolution_s > 0 THEN floor(t.submit / k.resolution_s) END AS sbin,
            {_bin_of("t.run", "k.ratio")} AS rbin,
@@ -107,7 +111,9 @@ members AS (
     FROM timed t JOIN kept k USING (r) JOIN sel s USING (r)
 ),
 placed AS (
-    SELECT *, row_number() OVER (cell ORDER BY draw) AS place, count(*) OVER cell AS size
+    SELECT *, row_number() OVER (cell ORDER BY row_draw) AS place,
+           row_number() OVER (cell ORDER BY values_draw) AS values_place,
+           count(*) OVER cell AS size
     FROM members
     WINDOW cell AS (PARTITION BY rung, pool, sbin, rbin, qbin, gclass)
 ),
@@ -120,7 +126,7 @@ released AS (
       ON b.rung = a.rung AND b.pool = a.pool
      AND b.sbin IS NOT DISTINCT FROM a.sbin AND b.rbin IS NOT DISTINCT FROM a.rbin
      AND b.qbin IS NOT DISTINCT FROM a.qbin AND b.gclass IS NOT DISTINCT FROM a.gclass
-     AND b.place = CASE WHEN a.exact OR a.size = 1 THEN a.place ELSE a.place % a.size + 1 END,
+     AND CASE WHEN a.exact OR a.size = 1 THEN b.r = a.r ELSE b.values_place = a.place END,
     LATERAL (
         SELECT CASE WHEN a.size > 1 OR a.resolution_s = 0 THEN b.submit
                     ELSE (a.sbin + a.u[1]) * a.resolution_s END AS submit_s,
@@ -885,9 +891,9 @@ def _anonymization_lines(settings: TraceSettings, suppressed: int, nodes: int) -
         + (f"Submit times are known to {res} s bins" if res else "Submit times are exact")
         + (f", run and queue times to buckets growing by x{ratio:g}" if ratio > 1 else "")
         + " at best; each job's own precision is in submit_bin_s, run_bin_ratio and "
-        "gpus_min/gpus_max. The jobs released together with equal bins pass their exact times "
-        "and GPU counts among themselves along a secret random cycle (so a row's times and size "
-        "are another job's of its pool, inside the same bins, and the pool's distributions and "
+        "gpus_min/gpus_max. The jobs released together with equal bins shuffle their exact "
+        "times and GPU counts by a secret random permutation (so a row's times and size are "
+        "some job's of its pool, inside the same bins, and the pool's distributions and "
         "GPU-hours are exact); a job alone in its bins gets values placed at random inside "
         "them. Energy and RDMA bytes are scaled with the released run time and GPU count, so "
         "their rates are the job's own and they say no more of either.",

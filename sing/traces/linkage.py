@@ -519,6 +519,36 @@ SELECT i, arg_max("user", n) FROM shares GROUP BY i HAVING max(n) > {CLAIM_POSTE
 """
 
 
+def exact_attack(release: pa.Table, public: pa.Table, origin: float) -> list[str | None]:
+    """The public job whose submit and run time a released row shows to the second (`origin`
+    known), of the same size or size class: its owner. A release that published each job's own
+    exact times would be named in full; one whose pools shuffle their times is right only as
+    often as the shuffle left a row its own values, or gave it another of its owner's."""
+    con = sql.connect()
+    con.register("rel_in", conform(JOBS, release))
+    con.register("pub_in", public)
+    rows = con.execute(EXACT_SQL, {"origin": origin}).fetchall()
+    claims: list[str | None] = [None] * release.num_rows
+    for i, user in rows:
+        claims[i] = user
+    return claims
+
+
+EXACT_SQL = """
+WITH r AS (SELECT row_number() OVER () - 1 AS i, * FROM rel_in WHERE run_s IS NOT NULL),
+cand AS (
+    SELECT r.i, p."user"
+    FROM r JOIN pub_in p
+      ON abs(r.submit_s - (p.submit - $origin)) < 0.5
+     AND abs(r.run_s - (least(coalesce(p."end", p.start + r.run_s), p.start + r.run_s)
+                        - p.start)) < 0.5
+     AND CASE WHEN r.gpus_min IS NULL THEN r.num_gpus = p.num_gpus
+              ELSE p.num_gpus BETWEEN r.gpus_min AND r.gpus_max END
+)
+SELECT i, any_value("user") FROM cand GROUP BY i HAVING count(DISTINCT "user") = 1
+"""
+
+
 def owners(public: pa.Table, key: bytes, released_ids: pa.ChunkedArray) -> pa.Array:
     """The real owner of each released job, found through the job-id pseudonym (steward only)."""
     ids = pseudonymize(public["pub"], key, "j", distinct=True)

@@ -17,13 +17,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sing.traces import sql
-from sing.traces.linkage import attack, energy_attack, owners
+from sing.traces.linkage import attack, energy_attack, exact_attack, owners
 
-# The attacks run on every release, strongest last: the sacct attack as a user would run it;
-# the same handed the secret time origin; run times read back from energy, origin known.
+# The attacks run on every release: the sacct attack as a user would run it; the same handed
+# the secret time origin; run times read back from energy, origin known; a row's exact times
+# matched to the public job that had them, origin known.
 SACCT = "sacct -a"
 SACCT_ORIGIN = "sacct -a, origin known"
 ENERGY = "run time from energy, origin known"
+EXACT = "exact times matched, origin known"
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def assess(
         SACCT: attack(jobs, package, public).claims,
         SACCT_ORIGIN: attack(jobs, package, public, origin=origin).claims,
         ENERGY: energy_attack(jobs, public, origin),
+        EXACT: exact_attack(jobs, public, origin),
     }
     window_jobs, kept_jobs, hours = shares
     return PrivacyReport(
