@@ -90,6 +90,16 @@ TABLES: dict[str, Table] = {
                 # Slurm 26.05+: the SLUID of the job's current run (new on every requeue), e.g.
                 # "s0G2J8K4P1XY05"; NULL before 26.05 and for other executors.
                 ("sluid", pa.string()),
+                # Slurm's own accounting of the job, SI units, NULL where unknown (never 0;
+                # docs/executors.md, "CPU and memory"): CPUs allocated and memory requested (the
+                # job's total, per-node and per-CPU requests included), from squeue while it
+                # runs and sacct once it ended; then seff's figures, from sacct: the user +
+                # system CPU time of all its steps, and the largest over its steps of the sum
+                # of the step's task RSS peaks.
+                ("alloc_cpus", pa.int32()),
+                ("req_mem_bytes", pa.int64()),
+                ("slurm_cpu_s", pa.float64()),
+                ("slurm_max_rss_bytes", pa.int64()),
                 ("recorded_at", UTC_TS),
             ),
             key=("cluster", "job_id"),

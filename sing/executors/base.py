@@ -9,7 +9,7 @@ from typing import Protocol
 from sing.config import Config
 from sing.errors import UserError
 from sing.executors.profile import JobProfile
-from sing.executors.records import JobRecord, NodeRecord
+from sing.executors.records import JobRecord, JobUsage, NodeRecord
 from sing.executors.settings import ExecutorSettings
 
 TIMEOUT, FAILED = "timeout", "failed"  # why a command failed: CommandError.reason
@@ -54,6 +54,10 @@ class Executor(Protocol):
     def finished(self, since: datetime) -> list[JobRecord]:
         """Runs of jobs that ended at or after `since` (UTC): one per job, or, for a job
         requeued (Slurm), each of its runs that ended."""
+
+    def usage(self, job_id: str) -> JobUsage | None:
+        """A running job's CPU time and memory so far from the scheduler's accounting (ended
+        jobs carry theirs in their record); None where it has none."""
 
     def inventory(self) -> list[NodeRecord]:
         """The nodes jobs can run on now, with their GPU count and partition."""

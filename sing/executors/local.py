@@ -41,6 +41,7 @@ from sing.executors.records import (
     RUNNING,
     TIMEOUT,
     JobRecord,
+    JobUsage,
     NodeRecord,
     exit_code_from,
 )
@@ -118,6 +119,10 @@ class LocalExecutor:
 
     def finished(self, since: datetime) -> list[JobRecord]:
         return [r for r in self.records() if r.finished and r.end_time and r.end_time >= since]
+
+    def usage(self, job_id: str) -> JobUsage | None:
+        """None: the local executor keeps no CPU or memory accounting of its jobs."""
+        return None
 
     def inventory(self) -> list[NodeRecord]:
         """This machine, with the GPUs the executor hands out, in the partition jobs get."""

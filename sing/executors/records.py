@@ -56,6 +56,11 @@ class JobRecord:
     base_state: str | None = None
     # Slurm 26.05+: the current run's SLUID; a requeued job keeps its id and gets a new one.
     sluid: str | None = None
+    # Slurm's accounting, SI units, None where unknown (the `jobs` columns of the same names).
+    alloc_cpus: int | None = None
+    req_mem_bytes: int | None = None  # the job's total, however it was asked (per node, per CPU)
+    slurm_cpu_s: float | None = None  # ended jobs: user + system CPU time of all steps
+    slurm_max_rss_bytes: int | None = None  # ended jobs: seff's "Memory Utilized"
 
     @property
     def gpus_per_node(self) -> int | None:
@@ -81,6 +86,17 @@ class JobRecord:
         values["nodes"] = tuple(values.get("nodes") or ())
         values["gpus"] = {node: tuple(idx) for node, idx in (values.get("gpus") or {}).items()}
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobUsage:
+    """A running job's CPU time and memory so far, from the scheduler's own accounting (Slurm:
+    `sstat`), asked for one job at a time; None where it has no figure."""
+
+    cpu_s: float | None
+    # The largest over running steps of what is known of their tasks' summed RSS peaks: equal
+    # to seff's figure for a step of one task, a lower bound for a step of several.
+    max_rss_bytes: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +144,10 @@ def to_tables(records: list[JobRecord], recorded_at: datetime) -> tuple[pa.Table
             if r.dependencies is not None
             else None,
             "sluid": r.sluid,
+            "alloc_cpus": r.alloc_cpus,
+            "req_mem_bytes": r.req_mem_bytes,
+            "slurm_cpu_s": r.slurm_cpu_s,
+            "slurm_max_rss_bytes": r.slurm_max_rss_bytes,
             "recorded_at": recorded_at,
         }
         for r in records

@@ -1,5 +1,5 @@
-"""The Slurm executor: `sbatch` to submit, `squeue`/`sacct` for records, `scancel` to cancel,
-`scontrol update ... state=drain` to drain a node.
+"""The Slurm executor: `sbatch` to submit, `squeue`/`sacct` for records, `sstat` for a running
+job's usage, `scancel` to cancel, `scontrol update ... state=drain` to drain a node.
 
 It talks to Slurm only through its client commands (any Slurm with `--json`, no libslurm to
 match), run with TZ=UTC so that time arguments and text output are UTC, each killed after
@@ -19,16 +19,18 @@ from sing.digits import ascii_digits
 from sing.errors import UserError
 from sing.executors.base import FAILED, TIMEOUT, CommandError, NodeState
 from sing.executors.profile import JobProfile
-from sing.executors.records import JobRecord, NodeRecord
+from sing.executors.records import JobRecord, JobUsage, NodeRecord
 from sing.executors.script import render_script
 from sing.executors.settings import ExecutorSettings
 from sing.executors.slurm_parse import (
     COMMENT_PREFIX,
     SACCT_TEXT_FIELDS,
     SINFO_FORMAT,
+    SSTAT_FIELDS,
     parse_sacct,
     parse_sinfo,
     parse_squeue,
+    parse_sstat,
 )
 
 # Runs a command (argv, stdin text) and returns its stdout; raises CommandError on failure.
@@ -113,6 +115,12 @@ class SlurmExecutor:
         return [
             r for r in parse_sacct(dump, text, self.cluster) if r.end_time and r.end_time >= since
         ]
+
+    def usage(self, job_id: str) -> JobUsage | None:
+        """`sstat` of the job's running steps (sstat has no --json in 22.05 or 24.11); None
+        when none runs. One job, on demand: sstat asks each step's node, so sync never does."""
+        argv = ["sstat", "-a", "-P", "-n", "-j", job_id, "-o", ",".join(SSTAT_FIELDS)]
+        return parse_sstat(self._run(argv, None))
 
     def drain(self, node: str, reason: str) -> None:
         self._run(

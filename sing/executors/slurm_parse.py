@@ -15,6 +15,13 @@ JSON list and its `-P` text) and the indices of `gres_detail` (`gpu:a100:4(IDX:0
 largest kept: a TRES without `gres/gpu` says nothing about GPUs, and a GPU named by index is held.
 Figures that disagree are logged, one warning per listing naming the jobs and their figures.
 
+CPU and memory (docs/executors.md, "CPU and memory"): CPUs allocated and memory requested from
+the TRES (squeue's text, sacct's JSON lists: Slurm's ReqTRES `mem` is the job's total, however it
+was asked); for ended jobs seff's figures (contribs/seff/seff) from sacct's steps: CPU time is the
+sum of the steps' user + system time, memory the largest over steps of the step's
+`TRESUsageInTot` mem, the sum of its tasks' RSS peaks. Not from `sacct -X -P`: without steps
+its TotalCPU is 00:00:00 and its usage columns empty. Running jobs' usage: `sstat` (`parse_sstat`).
+
 States: 23.02+ gives a list, the base state first and then flags (`["CANCELLED", "COMPLETING"]`).
 A job COMPLETING, whatever its base state, still holds its GPUs (its epilog runs): its record
 says COMPLETING and keeps the base state beside it.
@@ -34,7 +41,8 @@ import hostlist
 
 from sing.digits import ascii_digits
 from sing.errors import UserError
-from sing.executors.records import JobRecord, NodeRecord, exit_code_from, utc
+from sing.executors.records import JobRecord, JobUsage, NodeRecord, exit_code_from, utc
+from sing.executors.slurm_units import MIB, size_bytes, usage_tres
 from sing.sluid import normal_sluid
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,8 @@ SHOWN_DISAGREEMENTS = 5
 GRES_IDX_RE = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
 # The columns read from `sacct -P`, in order.
 SACCT_TEXT_FIELDS = ("JobIDRaw", "User", "ExitCode", "AllocTRES")
+# The columns read from `sstat -P` (one line per running step), in order.
+SSTAT_FIELDS = ("JobID", "TRESUsageInTot", "TRESUsageInMax")
 # `sinfo --Node` columns: node, partition (%R: without the default's "*"), generic resources.
 SINFO_FORMAT = "%N|%R|%G"
 # One GPU entry of a node's Gres: "gpu:a100:8", "gpu:8", "gpu:a100:8(S:0-1)".
@@ -107,11 +117,11 @@ def job_state(value: object) -> JobState | None:
 class _Job:
     """One job object of a JSON dump, with field access that names what is wrong."""
 
-    def __init__(self, data: Any, source: str) -> None:
+    def __init__(self, data: Any, source: str, where: str | None = None) -> None:
         if not isinstance(data, dict):
             raise UserError(f"{source}: a job entry is {type(data).__name__}, not an object")
         self.data = data
-        self.where = f"{source}: job {data.get('job_id', '?')}"
+        self.where = where or f"{source}: job {data.get('job_id', '?')}"
 
     def get(self, path: str, required: bool = True) -> Any:
         value: Any = self.data
@@ -244,15 +254,36 @@ class GpuFigures:
         )
 
 
-def parse_tres(text: str | None, where: str) -> list[tuple[str, int | None]]:
-    """'cpu=1,gres/gpu=2,gres/gpu:a100=2' -> [("cpu", 1), ("gres/gpu", 2), ...]."""
+def tres_values(text: str | None, where: str) -> list[tuple[str, str]]:
+    """'cpu=1,mem=4000M,gres/gpu=2' -> [("cpu", "1"), ("mem", "4000M"), ("gres/gpu", "2")]."""
     entries = []
     for item in filter(None, (text or "").split(",")):
-        name, sep, count = item.partition("=")
+        name, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"{where}: TRES entry {item!r} is not NAME=COUNT")
-        entries.append((name, int(count) if ascii_digits(count) else None))
+        entries.append((name, value))
     return entries
+
+
+def parse_tres(text: str | None, where: str) -> list[tuple[str, int | None]]:
+    """'cpu=1,gres/gpu=2,gres/gpu:a100=2' -> [("cpu", 1), ("gres/gpu", 2), ...]; a count that
+    is not a plain number (`mem=4000M`) is None."""
+    return [
+        (name, int(value) if ascii_digits(value) else None)
+        for name, value in tres_values(text, where)
+    ]
+
+
+def positive(value: Any) -> Any:
+    """A figure, or None where Slurm gives none or 0 (its word for 'not gathered' or 'none')."""
+    return value if value is not None and value > 0 else None
+
+
+def text_mem_bytes(text: str | None, where: str) -> int | None:
+    """The memory of a TRES text in bytes ('cpu=2,mem=1000M' -> 1048576000), None without one:
+    the text prints it with Slurm's units, where the JSON's lists count MiB."""
+    value = dict(tres_values(text, where)).get("mem")
+    return positive(size_bytes(value, f"{where}: mem")) if value is not None else None
 
 
 def _json_tres(job: _Job, path: str) -> list[tuple[str, int | None]]:
@@ -332,10 +363,11 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
         gpus = _gpu_indices(job, nodes)
         limit_min = job.number("time_limit")
         interactive, dependencies = comment_fields(job.text("comment", required=False))
+        allocated = parse_tres(job.text("tres_alloc_str"), job.where)
         num_gpus = figures.best(
             job_id,
             {
-                "tres_alloc_str": gpu_count(parse_tres(job.text("tres_alloc_str"), job.where)),
+                "tres_alloc_str": gpu_count(allocated),
                 "gres_detail": sum(map(len, gpus.values())) or None,
             },
         )
@@ -357,6 +389,10 @@ def parse_squeue(text: str, cluster: str) -> list[JobRecord]:
                 dependencies=dependencies,
                 # The running run's SLUID sits in the job's step id (squeue has no top-level one).
                 sluid=job.sluid("step_id.sluid"),
+                alloc_cpus=positive(dict(allocated).get("cpu")),
+                req_mem_bytes=text_mem_bytes(
+                    job.text("tres_req_str", required=False), f"{job.where}: tres_req_str"
+                ),
             )
         )
     figures.warn()
@@ -448,10 +484,12 @@ def _ended_run(
     job: _Job, job_id: str, state: JobState, line: SacctLine, figures: GpuFigures, cluster: str
 ) -> JobRecord:
     """The record of one ended run of a job, its text line (`sacct -P`) beside it."""
+    allocated = _json_tres(job, "tres.allocated")
     num_gpus = figures.best(
-        job_id,
-        {"tres.allocated": gpu_count(_json_tres(job, "tres.allocated")), "AllocTRES": line.gpus},
+        job_id, {"tres.allocated": gpu_count(allocated), "AllocTRES": line.gpus}
     )
+    requested_mib = dict(_json_tres(job, "tres.requested")).get("mem")  # the JSON's mem: MiB
+    cpu_s, max_rss_bytes = _steps_usage(job)
     limit_min = job.number("time.limit", required=False)
     comment = job.get("comment", required=False)
     interactive, dependencies = comment_fields(
@@ -476,7 +514,56 @@ def _ended_run(
         # v0.0.45 `sluid` is this run's (slurmdbd's db_index); `original_sluid`, the first
         # run's, is the same for every run of a requeued job, so it is not the run's id.
         sluid=job.sluid("sluid"),
+        alloc_cpus=positive(dict(allocated).get("cpu")),
+        req_mem_bytes=requested_mib * MIB if positive(requested_mib) else None,
+        slurm_cpu_s=cpu_s,
+        slurm_max_rss_bytes=max_rss_bytes,
     )
+
+
+def _steps_usage(job: _Job) -> tuple[float | None, int | None]:
+    """seff's figures of an ended run from its steps (contribs/seff/seff): the user + system CPU
+    time of all steps, and the largest over steps of `TRESUsageInTot` mem (slurmstepd sums its
+    tasks' RSS peaks there). None where the steps give nothing (no step ran, or a 0: what
+    jobacct_gather/none leaves). 22.05's JSON leaves the job's own `time.total` 0, so the steps
+    are summed on every release; their microseconds may pass 10^6 (user's plus system's)."""
+    steps = job.get("steps", required=False) or []
+    if not isinstance(steps, list):
+        raise UserError(f"{job.where}: field 'steps' should be a list, got {steps!r}")
+    cpu_s, mem = 0.0, 0
+    for index, data in enumerate(steps):
+        step = _Job(data, job.where, f"{job.where}: step {index}")
+        cpu_s += (step.number("time.total.seconds") or 0) + (
+            step.number("time.total.microseconds") or 0
+        ) / 1e6
+        step_mem = dict(_json_tres(step, "tres.requested.total")).get("mem")
+        mem = max(mem, step_mem or 0)
+    return positive(cpu_s), positive(mem)
+
+
+def parse_sstat(text: str) -> JobUsage | None:
+    """A running job's usage from `sstat -a -P -n -o JobID,TRESUsageInTot,TRESUsageInMax`, one
+    line per running step; None when it lists none (sstat says "No steps running" on stderr
+    and exits 0). CPU: the steps' `TRESUsageInTot` cpu (whole seconds). Memory: per step the
+    larger of `TRESUsageInTot` mem (while running slurmstepd sums its tasks' current RSS there,
+    not their peaks) and `TRESUsageInMax` mem (the largest task's peak), the largest over steps."""
+    cpu_s, max_rss, steps = 0.0, 0, 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != len(SSTAT_FIELDS):
+            raise UserError(
+                f"sstat -P line {number}: expected {len(SSTAT_FIELDS)} fields "
+                f"({','.join(SSTAT_FIELDS)}), got {line!r}"
+            )
+        step, tot_text, max_text = fields
+        where = f"sstat -P line {number} (step {step})"
+        tot, peak = usage_tres(tot_text, where), usage_tres(max_text, where)
+        cpu_s += tot.get("cpu") or 0
+        max_rss = max(max_rss, tot.get("mem") or 0, peak.get("mem") or 0)
+        steps += 1
+    return JobUsage(positive(cpu_s), positive(max_rss)) if steps else None
 
 
 def config_value(text: str, key: str) -> str | None:
