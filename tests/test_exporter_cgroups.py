@@ -97,6 +97,16 @@ def test_epilog_removes_the_runs_mapping_and_rejects_paths(tmp_path):
     assert JobSource(tmp_path, job_dir, ErrorCounter()).allocations() == {"3": {"43"}, "1": {"44"}}
 
 
+def test_a_job_without_gpus_gets_its_runs_mapping_for_its_cgroup(tmp_path: Path) -> None:
+    """The exporter reads every job's cgroup, so the prolog names a CPU-only job's run too."""
+    job_dir = tmp_path / "gpu-jobs"
+    slurm("slurm-prolog.sh", "45", "", job_dir, sluid=RUN2)
+    assert [p.name for p in job_dir.iterdir() if not p.name.startswith(".")] == []
+    assert JobSource(tmp_path, job_dir, ErrorCounter()).recorded_job(RUN2) == "45"
+    slurm("slurm-epilog.sh", "45", "", job_dir, sluid=RUN2)
+    assert list((tmp_path / "gpu-jobs.sluid").iterdir()) == []
+
+
 # ---- each job's CPU, memory and I/O from its cgroup (sing/exporters/cgroups.py) --------------
 
 FIXTURES = Path(__file__).parent / "fixtures"
