@@ -129,9 +129,9 @@ def test_metrics_page_matches_golden(page: str) -> None:
         # remapper, throttle reasons and PCIe replays; the 3 of before (power, ECC, minor)
         'sing_exporter_errors_total{kind="not_supported",source="nvml"} 11.0',
         # job 2002's cgroup: cpu.stat in usec, io.stat's two devices summed, a run's SLUID
-        'cgroup_cpu_total_seconds{jobid="2002",sluid=""} 7388.123456',
-        'cgroup_io_read_bytes_total{jobid="2002",sluid=""} 3.145728e+06',
-        'cgroup_memory_max_used_bytes{jobid="2002",sluid=""} 8.589934592e+09',
+        'cgroup_cpu_total_seconds{jobid="2002"} 7388.123456',
+        'cgroup_io_read_bytes_total{jobid="2002"} 3.145728e+06',
+        'cgroup_memory_max_used_bytes{jobid="2002"} 8.589934592e+09',
         'cgroup_cpu_total_seconds{jobid="5005",sluid="s4T9M8MZXRX000"} 1.5',
         'sing_exporter_errors_total{kind="unknown_sluid",source="cgroups"} 1.0',
     ],
