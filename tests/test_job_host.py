@@ -284,6 +284,12 @@ def test_fake_node_to_sing_job_gives_the_known_cpu_efficiency_and_peak_memory(
     assert report["host_mem_peak_bytes"] == 6 * GIB
     assert report["host_mem_req_bytes"] == 32 * GIB
     assert report["suggested_mem_bytes"] == 8 * GIB
+    screen = subprocess.run(
+        sing("--warehouse", str(wh), "job", "101"),
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    ).stdout  # fmt: skip
+    assert "CPU efficiency   [#####...............]  25% (1.0 of 4 cores in use)\n" in screen
+    assert "Peak host memory 6.0 GiB of 32.0 GiB requested\n" in screen
     gpu_coverage, *notes = report["notes"]  # 4 GPU samples in a 750 s run: a partial picture
     assert gpu_coverage.startswith("These figures rest on part of the job's data")
     assert notes == [
