@@ -258,7 +258,9 @@ class FakeCgroups:
         return spec
 
     def _sluid(self, job: str, spec: dict[str, Any]) -> str:
-        return str(spec.get("sluid") or f"s{int(job):013d}")
+        """The run's SLUID: the spec's, else `s` and the job id's digits in 13 places."""
+        digits = "".join(c for c in job if c.isascii() and c.isdigit())
+        return str(spec.get("sluid") or "s" + digits.zfill(13)[-13:])
 
     def proc_cgroup(self, job: str) -> str:
         """/proc/PID/cgroup of a task of `job` in the layout (v2 by job id without one)."""
