@@ -7,14 +7,17 @@ requests. The collector runs in this process; its CPU time is this process's CPU
 
 Prints targets/s, rows/s, CPU seconds per round and the parse share, next to the per-payload cost
 of prometheus_client's parser on the same payload. Target: a round of 1,000 nodes within a 15 s
-interval using under half of one core (< 7.5 CPU s per round).
+interval using under half of one core (< 7.5 CPU s per round). `--jobs N` captures the page of
+the same node running N Slurm jobs, each with its cgroup (v2) read: N more `job_host_samples`
+rows per node and round (issue 32).
 
-    .venv/bin/python bench/bench_collector.py [--nodes 1000] [--rounds 3]
+    .venv/bin/python bench/bench_collector.py [--nodes 1000] [--rounds 3] [--jobs 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import socket
 import statistics
@@ -34,6 +37,7 @@ from sing.collector.service import Collector
 from sing.collector.settings import CollectorSettings
 from sing.collector.targets import target_from
 from sing.config import Config
+from sing.testing.fake_nvml import load_description
 from sing.warehouse.store import Warehouse
 
 SERVERS = 4
@@ -46,28 +50,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def capture_payload() -> bytes:
-    """GET /metrics once from a real `sing exporter --fake` process."""
+def capture_payload(jobs: int) -> bytes:
+    """GET /metrics once from a real `sing exporter --fake` process of the built-in node, with
+    `jobs` Slurm jobs' cgroups on it."""
+    description = load_description(None)
+    if jobs:
+        job = {"cpus": 8, "cpu_busy": 2.0, "memory_used": 3.2e10, "memory_limit": 6.4e10,
+               "io_read_bytes_per_s": 1e8, "io_write_bytes_per_s": 1e7}  # fmt: skip
+        description["cgroup"] = {"layout": "v2", "jobs": {str(1000 + n): job for n in range(jobs)}}
     port = free_port()
-    argv = [sys.executable, "-m", "sing.cli", "exporter", "--fake", f"--port={port}"]
-    proc = subprocess.Popen(
-        [*argv, "--listen-address=127.0.0.1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
-                    return r.read()
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    finally:
-        proc.terminate()
-        proc.wait()
+    with tempfile.TemporaryDirectory(prefix="sing-bench-node-") as tmp:
+        node = Path(tmp) / "node.json"
+        node.write_text(json.dumps(description))
+        argv = [sys.executable, "-m", "sing.cli", "exporter", f"--fake={node}", f"--port={port}"]
+        proc = subprocess.Popen(
+            [*argv, "--listen-address=127.0.0.1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+                        return r.read()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait()
 
 
 def serve(port: int, payload: bytes) -> None:
@@ -99,9 +112,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=0, help="Slurm jobs (cgroups) on each node")
     args = ap.parse_args()
 
-    payload = capture_payload()
+    payload = capture_payload(args.jobs)
     text = payload.decode()
     ports = [free_port() for _ in range(SERVERS)]
     servers = [multiprocessing.Process(target=serve, args=(p, payload), daemon=True) for p in ports]
@@ -134,7 +148,8 @@ def main() -> None:
     theirs = cpu_per_payload(lambda t: list(text_string_to_metric_families(t)), text, 30)
     wall, cpu = statistics.median(walls), statistics.median(cpus)
     n = args.nodes
-    print(f"payload: {len(payload):,} bytes, {text.count(chr(10)):,} lines (sing exporter --fake)")
+    print(f"payload: {len(payload):,} bytes, {text.count(chr(10)):,} lines (sing exporter --fake, "
+          f"{args.jobs} jobs' cgroups)")  # fmt: skip
     print(f"round of {n} nodes x 8 GPUs, median of {args.rounds} (targets up: {min(ups)}/{n})")
     print(f"  wall per round        {wall:8.2f} s   ({n / wall:,.0f} targets/s)")
     per_round = statistics.median(rows)

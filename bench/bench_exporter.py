@@ -11,6 +11,10 @@ readings add at most 20% to the CPU per scrape. The fake
 NVML answers each call in Python, as the real pynvml binding does around its driver call; the
 driver's own time per call (an ioctl) is not in these figures and needs a GPU node
 (tests/test_exporter_gpu.py records a real node).
+Job cgroups (issue 32): the same node with 32 Slurm jobs' cgroups (each its CPU, memory, cpuset
+and I/O files) in the v2 and v1 layouts, and with 8 (one per GPU), read and not read
+(`[exporter] cgroups`), measured as the health readings are. Target: reading the 32 jobs'
+cgroups adds at most 20% to the CPU per scrape served (a ratio of at most 1.2).
 Transport: the same registry served over HTTP, over TLS, over TLS with basic auth, and with a
 client certificate required too; the server's CPU per scrape (this process; the scraping
 client runs in a child process, a new connection per scrape as Prometheus' short-lived
@@ -18,7 +22,7 @@ exporters see it). No target: the TLS handshake is the price of not publishing w
 Memory: resident set of a real `python -m sing.exporters --fake` and `sing exporter --fake` process
 after some scrapes. Target: under 60 MB (dcgm-exporter users report 70-150 MB).
 
-Run: .venv/bin/python bench/bench_exporter.py   (--health: only the health comparison)
+Run: .venv/bin/python bench/bench_exporter.py   (--health, --cgroups: only that comparison)
 """
 
 from __future__ import annotations
@@ -57,16 +61,36 @@ PASSWORD = "bench password"
 
 SCRAPES = 300
 ROUNDS = 5  # alternating rounds, best of each kept: the dev box is shared and noisy
-HEALTH_ROUNDS = 11  # paired rounds of the health comparison (medians)
+HEALTH_ROUNDS = 11  # paired rounds of the health and cgroup comparisons (medians)
 HEALTH_SERVED_ROUNDS = 5
+CGROUP_CASES = (("v2", 8), ("v2", 32), ("v1", 32))  # (layout, jobs): one per GPU, the target's
 
 
-def exporter_registry(root: Path, health: bool = True) -> CollectorRegistry:
-    nvml = FakeNvml(load_description(None), node="bench")
+def exporter_registry(
+    root: Path, health: bool = True, cgroups: bool = True, description: dict | None = None
+) -> CollectorRegistry:
+    nvml = FakeNvml(description or load_description(None), node="bench")
     world = FakeWorld(root, nvml)
     world.sync()  # a static tree: the bench times the exporter's reads, not the fake's writes
-    collector = NodeCollector(nvml, *world.roots, 0.0, health=health)
+    collector = NodeCollector(nvml, *world.roots, 0.0, health=health, cgroups=cgroups)
     return node_registry(collector, process_metrics=False)
+
+
+def with_jobs(layout: str, count: int) -> dict:
+    """The built-in node with `count` jobs' cgroups in `layout`, every file present."""
+    jobs = {
+        str(1000 + n): {
+            "cpus": 4,
+            "cpu_user_s": 3600.0 * n,
+            "cpu_system_s": 60.0 * n,
+            "memory_used": 4e9 + n,
+            "memory_limit": 3.2e10,
+            "io_read_bytes": 1e9 * n,
+            "io_write_bytes": 1e8 * n,
+        }
+        for n in range(count)
+    }
+    return {**load_description(None), "cgroup": {"layout": layout, "jobs": jobs}}
 
 
 def bare_registry(page: str) -> CollectorRegistry:
@@ -199,31 +223,55 @@ def paired(measure_on: Callable[[], float], measure_off: Callable[[], float], ro
     return statistics.median(on), statistics.median(off), statistics.median(added)
 
 
+def side_by_side(on: CollectorRegistry, off: CollectorRegistry, pki: Pki) -> tuple:
+    """`paired` medians (on, off, on/off - 1) of the page alone and of the page served over
+    plain HTTP, for two registries of one node."""
+    page = paired(lambda: per_scrape(on)[0], lambda: per_scrape(off)[0], HEALTH_ROUNDS)
+    served = paired(
+        lambda: served_cpu(on, pki, "on", {}),
+        lambda: served_cpu(off, pki, "off", {}),
+        HEALTH_SERVED_ROUNDS,
+    )
+    return page, served
+
+
+def print_rounds(what: str) -> None:
+    print(f"\n{what}; medians of {HEALTH_ROUNDS} alternating rounds of {SCRAPES} scrapes (page "
+          f"alone) and {HEALTH_SERVED_ROUNDS} of {HTTP_SCRAPES} scrapes over plain HTTP (served: "
+          "the exporter's CPU per scrape)")  # fmt: skip
+    print(f"{'':24}{'series':>8}{'page CPU ms':>13}{'served CPU ms':>15}")
+
+
 def health_cost() -> None:
     """CPU per scrape with and without the health readings, side by side."""
     with tempfile.TemporaryDirectory() as tmp:
         on = exporter_registry(Path(tmp) / "on", health=True)
         off = exporter_registry(Path(tmp) / "off", health=False)
-        on_series, off_series = series_of(on), series_of(off)
-        on_cpu, off_cpu, page_added = paired(
-            lambda: per_scrape(on)[0], lambda: per_scrape(off)[0], HEALTH_ROUNDS
-        )
+        page, served = side_by_side(on, off, make_pki(Path(tmp) / "pki"))
+        print_rounds("health readings, 8 GPUs (fake NVML)")
+        for name, registry, k in (("health = false", off, 1), ("health = true", on, 0)):
+            print(f"{name:24}{series_of(registry):>8}{page[k] * 1e3:>13.3f}"
+                  f"{served[k] * 1e3:>15.3f}")  # fmt: skip
+    print(f"{'added (target <= 20%)':24}{'':>8}{page[2]:>13.1%}{served[2]:>15.1%}")
+
+
+def cgroup_cost() -> None:
+    """CPU per scrape with and without reading the jobs' cgroups, side by side."""
+    print_rounds("job cgroups on the 8-GPU node")
+    with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp) / "pki")
-        on_served, off_served, served_added = paired(
-            lambda: served_cpu(on, pki, "on", {}),
-            lambda: served_cpu(off, pki, "off", {}),
-            HEALTH_SERVED_ROUNDS,
-        )
-    print(f"\nhealth readings, 8 GPUs (fake NVML); medians of {HEALTH_ROUNDS} alternating rounds "
-          f"of {SCRAPES} scrapes (page alone) and {HEALTH_SERVED_ROUNDS} of {HTTP_SCRAPES} "
-          "scrapes over plain HTTP (served: the exporter's CPU per scrape)")  # fmt: skip
-    print(f"{'':24}{'series':>8}{'page CPU ms':>13}{'served CPU ms':>15}")
-    for name, series, cpu, server in (
-        ("health = false", off_series, off_cpu, off_served),
-        ("health = true", on_series, on_cpu, on_served),
-    ):
-        print(f"{name:24}{series:>8}{cpu * 1e3:>13.3f}{server * 1e3:>15.3f}")
-    print(f"{'added (target <= 20%)':24}{'':>8}{page_added:>13.1%}{served_added:>15.1%}")
+        for layout, jobs in CGROUP_CASES:
+            node = with_jobs(layout, jobs)
+            on = exporter_registry(Path(tmp) / f"{layout}-{jobs}-on", description=node)
+            off = exporter_registry(Path(tmp) / f"{layout}-{jobs}-off", cgroups=False,
+                                    description=node)  # fmt: skip
+            page, served = side_by_side(on, off, pki)
+            for name, registry, k in (("cgroups = false", off, 1),
+                                      (f"{jobs} jobs' cgroups ({layout})", on, 0)):  # fmt: skip
+                print(f"{name:24}{series_of(registry):>8}{page[k] * 1e3:>13.3f}"
+                      f"{served[k] * 1e3:>15.3f}")  # fmt: skip
+            target = " (target <= 1.2)" if jobs == 32 else ""
+            print(f"{'ratio' + target:24}{'':>8}{1 + page[2]:>13.2f}{1 + served[2]:>15.2f}")
 
 
 def main() -> None:
@@ -260,6 +308,7 @@ def main() -> None:
     ]:
         print(f"RSS {name}: {rss_mb(cmd):.1f} MB (target < 60)")
     health_cost()
+    cgroup_cost()
 
 
 if __name__ == "__main__":
@@ -267,5 +316,7 @@ if __name__ == "__main__":
         client(*sys.argv[2:])
     elif sys.argv[1:2] == ["--health"]:
         health_cost()
+    elif sys.argv[1:2] == ["--cgroups"]:
+        cgroup_cost()
     else:
         main()

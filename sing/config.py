@@ -71,6 +71,10 @@ class Thresholds:
     low_rdma_bytes_per_node_hour: float = 1e9  # multi-node job "barely talks" under this
     idle_job_min_hours: float = 1.0  # idle-job report ignores allocations shorter than this
     memory_low_ratio: float = 0.1  # peak memory under this share of the card is flagged
+    low_cpu_efficiency: float = 0.5  # a job using less of its cores' time than this is flagged
+    # host memory: a job whose suggested request (its peak and a quarter, up to a power of two)
+    # is at most this share of what it asked for per node is told so
+    host_memory_low_ratio: float = 0.5
     notes_file: str = ""  # job-report notes (TOML); empty: sing/warehouse/job_notes.toml
 
 

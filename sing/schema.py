@@ -194,6 +194,34 @@ TABLES: dict[str, Table] = {
             ),
         ),
         Table(
+            "job_host_samples",
+            _schema(
+                ("ts", UTC_TS),
+                ("cluster", pa.string()),
+                ("node", pa.string()),
+                ("job_id", pa.string()),
+                ("sluid", pa.string()),  # Slurm 26.05+: the run whose cgroup was read
+                # CPU seconds the job's cgroup on this node has run (user + system), and since
+                # the job's previous sample there (a lower value: a new cgroup, e.g. a requeued
+                # run: counted from zero), set by the writer; NULL for the first or unknown.
+                ("cpu_s", pa.float64()),
+                ("cpu_delta_s", pa.float64()),
+                ("cpuset_cpus", pa.int32()),  # CPUs in the job's cpuset on this node
+                ("mem_used_bytes", pa.int64()),
+                # The most memory the cgroup used at once since it was made (memory.peak, v1's
+                # max_usage_in_bytes; NULL where the kernel has none), and its limit.
+                ("mem_peak_bytes", pa.int64()),
+                ("mem_limit_bytes", pa.int64()),
+                ("io_read_bytes", pa.int64()),
+                ("io_write_bytes", pa.int64()),
+                ("io_read_delta_bytes", pa.int64()),
+                ("io_write_delta_bytes", pa.int64()),
+            ),
+            time_column="ts",
+            doc="One row per Slurm job per node per scrape: its cgroup's CPU time, memory and "
+            "I/O there (docs/exporter.md); NULL where the node's cgroups do not offer one.",
+        ),
+        Table(
             "scrapes",
             _schema(
                 ("ts", UTC_TS),

@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sing.collector.counters import CounterDeltas
+from sing.collector.rows import HOST_COUNTERS
 from sing.schema import table
 from sing.warehouse import analytics, delta
 from sing.warehouse.store import Warehouse
@@ -195,6 +197,37 @@ def add_rdma_samples(
         for k, ts in enumerate(times)
     ]
     wh.append("rdma_samples", pl.DataFrame(rows))
+
+
+def add_host_samples(
+    wh: Warehouse,
+    job_id: str,
+    node: str,
+    start: datetime,
+    end: datetime,
+    cores_busy: float,
+    *,
+    cpus: int | None,
+    mem_peak: int,
+    mem_limit: int | None = None,
+    io_per_sample: int = 0,
+    cluster: str = "test",
+) -> None:
+    """A job's cgroup on `node`: `cores_busy` cores' CPU seconds by the end of each sample's
+    step (the counter at the last sample is cores_busy x (end - start)), memory at `mem_peak`,
+    I/O read and written rising by `io_per_sample`; deltas as the collector writes them."""
+    deltas = CounterDeltas()
+    rows = []
+    for k, ts in enumerate(sample_times(start, end)):
+        cpu_s = cores_busy * (k + 1) * STEP.total_seconds()
+        io = io_per_sample * (k + 1)
+        row = {"ts": ts, "cluster": cluster, "node": node, "job_id": job_id, "cpu_s": cpu_s,
+               "cpuset_cpus": cpus, "mem_used_bytes": mem_peak, "mem_peak_bytes": mem_peak,
+               "mem_limit_bytes": mem_limit, "io_read_bytes": io, "io_write_bytes": io}  # fmt: skip
+        for column, delta_column in HOST_COUNTERS.items():
+            row[delta_column] = deltas.delta(column, row[column])
+        rows.append(row)
+    wh.append("job_host_samples", pa.Table.from_pylist(rows, table("job_host_samples").schema))
 
 
 def add_busy_job(

@@ -4,10 +4,12 @@ Like node_exporter's e2e test: one exact comparison catches names, labels, units
 The fixture node (tests/fixtures/exporter/node.yaml) exercises x4 InfiniBand data words, 64-bit
 counters_ext, a saturated 32-bit counter, mW->W, mJ->J, KiB->bytes summed over NVLinks,
 NOT_SUPPORTED, a lost GPU, no permission, cgroup v1 and v2 job ids, an
-environment-only job id, and both disagreements between processes and allocations; and the health
-readings: ECC volatile and aggregate, retired pages (a GPU before Ampere), row remapping (pending,
-failed; unsupported under MIG), the clock event (throttle) reason mask (through both names of
-NVML's call), PCIe replays, NVLink error totals, InfiniBand port states and error counters.
+environment-only job id, and both disagreements between processes and allocations; the jobs'
+cgroup v2 directories (job id and SLUID named, usec -> s, a file that does not parse); and the
+health readings: ECC volatile and aggregate, retired pages (a GPU before Ampere), row remapping
+(pending, failed; unsupported under MIG), the clock event (throttle) reason mask (through both
+names of NVML's call), PCIe replays, NVLink error totals, InfiniBand port states and error
+counters.
 Regenerate after an intended change with SING_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -126,6 +128,12 @@ def test_metrics_page_matches_golden(page: str) -> None:
         # retired pages on 3 Hopper GPUs; GPU 1's row remapper; GPU 2's ECC aggregate, row
         # remapper, throttle reasons and PCIe replays; the 3 of before (power, ECC, minor)
         'sing_exporter_errors_total{kind="not_supported",source="nvml"} 11.0',
+        # job 2002's cgroup: cpu.stat in usec, io.stat's two devices summed, a run's SLUID
+        'cgroup_cpu_total_seconds{jobid="2002"} 7388.123456',
+        'cgroup_io_read_bytes_total{jobid="2002"} 3.145728e+06',
+        'cgroup_memory_max_used_bytes{jobid="2002"} 8.589934592e+09',
+        'cgroup_cpu_total_seconds{jobid="5005",sluid="s4T9M8MZXRX000"} 1.5',
+        'sing_exporter_errors_total{kind="unknown_sluid",source="cgroups"} 1.0',
     ],
 )
 def test_hand_checked_lines(page: str, line: str) -> None:
@@ -178,6 +186,14 @@ def test_health_readings_can_be_turned_off() -> None:
         'sing_rdma_port_errors_total{counter="link_downed",device="mlx5_0",port="1"} 1.0',
     ):
         assert line + "\n" in text
+
+
+def test_cgroup_reading_can_be_turned_off() -> None:
+    """`[exporter] cgroups = false`: no job cgroup series, nothing of them counted."""
+    nvml = FakeNvml(load_description(FIXTURES / "node.yaml"), clock=lambda: NOW)
+    text = generate_latest(fixture_registry(nvml, cgroups=False)).decode()
+    assert "cgroup_" not in text and 'source="cgroups"' not in text
+    assert 'sing_gpu_job_info{gpu="1",job_id="2002"' in text
 
 
 def test_process_without_allocation_is_flagged(page: str) -> None:

@@ -22,6 +22,7 @@ from sing.warehouse.store import Warehouse
 from tests.test_analytics import (
     GIB,
     add_gpu_samples,
+    add_host_samples,
     add_job,
     add_nodes,
     add_rdma_samples,
@@ -72,6 +73,12 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     make_job(wh, "spread", 2, 4, 0.2)
     make_job(wh, "smallmem", 1, 4, 0.7, mem_bytes=4 * GIB)
     make_job(wh, "timeout", 1, 4, 0.7, state="TIMEOUT")
+    make_job(wh, "fewcores", 1, 4, 0.7)  # 3 of 32 cores busy
+    add_host_samples(wh, "fewcores", "fewcores-0", at(0), at(2), 3.0, cpus=32,
+                     mem_peak=120 * GIB, mem_limit=256 * GIB)  # fmt: skip
+    make_job(wh, "bigmem", 1, 4, 0.7)  # 6 GiB of 256 GiB; 7 of 8 cores busy
+    add_host_samples(wh, "bigmem", "bigmem-0", at(0), at(2), 7.0, cpus=8,
+                     mem_peak=6 * GIB, mem_limit=256 * GIB)  # fmt: skip
     add_job(wh, "blind", ["b1"], 4, at(0), at(2))  # no telemetry at all
     queued = {"job_id": "queued", "cluster": "test", "state": "PENDING", "submit_time": at(0)}
     wh.append("jobs", pl.DataFrame([queued]))
@@ -95,6 +102,9 @@ ONE_NOTE = {
     "spread": "On this cluster multi-node jobs use their GPUs much less",
     "smallmem": "Peak GPU memory was 4.0 GiB of 80 GiB",
     "timeout": "The job hit its time limit.",
+    "fewcores": "This job used about 3.0 of its 32 CPU cores (CPU efficiency 9%).",
+    "bigmem": "Peak host memory was 6.0 GiB per node of the 256 GiB requested: ask for about "
+    "8 GiB next time (--mem=8G)",
 }
 
 

@@ -563,6 +563,7 @@ def test_outside_engines_count_what_sing_counts_during_and_after_compaction(
     """The issue's double counting: merged files and their parts coexist until vacuum, and
     records had several versions. Read through the log, every engine agrees with sing."""
     load_tiny_day(wh)
+    wh.append("job_host_samples", pa.table({"ts": [at(10)], "node": ["n1"], "job_id": ["j1"]}))
     for state in ("RUNNING", "COMPLETED"):
         wh.append("jobs", pl.DataFrame({"job_id": ["7"], "cluster": ["c"], "state": [state]}))
     wh.compact(settle_s=0)  # parts removed from the log, still on disk (grace)

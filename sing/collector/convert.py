@@ -6,10 +6,12 @@ Three exporters are understood, so a site that already runs one needs no new age
   names of every DCGM version (sing/collector/dcgm_fields.py);
 - node_exporter's InfiniBand collector (bytes already, `device`/`port` labels), its 32-bit and
   `legacy_*` 64-bit copies of a counter resolved by sing/infiniband.py's rule, as sing's
-  exporter resolves the sysfs files themselves.
+  exporter resolves the sysfs files themselves;
+- cgroup_exporter's per-job series, as sing's exporter also serves them (sing/collector/jobhost.py).
 A node's samples become one `NodeReading`: per GPU index its columns, job and model, per RDMA port
-its counters (None where the exporter says a counter is unknown), and its health readings
-(sing/collector/health.py). Everything else in a payload is ignored.
+its counters (None where the exporter says a counter is unknown), its health readings
+(sing/collector/health.py) and per Slurm job its CPU, memory and I/O there. Everything else in a
+payload is ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from sing.collector.dcgm_fields import names as dcgm_names
 from sing.collector.health import HEALTH_METRICS, HealthValues, add_health
+from sing.collector.jobhost import HOST_WANTED, HostSeries, JobHostValues
 from sing.collector.promtext import ParseError, Sample
 from sing.infiniband import TRAFFIC, TrafficCounter, traffic_value
 from sing.jobids import lowest_job
@@ -79,6 +82,7 @@ WANTED = (
     | frozenset(RDMA_METRICS)
     | frozenset(NODE_EXPORTER_RDMA)
     | HEALTH_METRICS
+    | HOST_WANTED
     | {
         JOB_INFO,
         JOB_MAPPING,
@@ -102,6 +106,7 @@ class NodeReading:
     ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
     jobs_complete: bool = False  # `jobs` is the node's whole attribution (JOB_MAPPING)
     health: HealthValues = field(default_factory=dict)
+    host: JobHostValues = field(default_factory=dict)  # job id -> its job_host_samples columns
 
     def merge(self, other: NodeReading) -> None:
         """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter)."""
@@ -115,6 +120,8 @@ class NodeReading:
         for key, counters in other.ports.items():
             self.ports.setdefault(key, {}).update(counters)
         self.health.update(other.health)
+        for job, values in other.host.items():
+            self.host.setdefault(job, {}).update(values)
 
     def hardware(self) -> Hardware | None:
         """What the payload says about the node's GPUs; None when it has no GPU series at all
@@ -144,6 +151,7 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
     unknown: list[tuple[tuple[str, int], str]] = []
     # (port, counter) -> [counters/ value, counters_ext/ value] from node_exporter
     copies: dict[tuple[tuple[str, int], TrafficCounter], list[int | None]] = {}
+    host = HostSeries()
     for s in samples:
         if s.name in GPU_METRICS:
             _add_gpu_value(reading, s)
@@ -156,6 +164,8 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
                 copies.setdefault((_port(s), counter), [None, None])[legacy] = int(s.value)
         elif s.name in HEALTH_METRICS:
             add_health(reading.health, s)
+        elif s.name in HOST_WANTED:
+            host.add(s)
         elif s.name == JOB_MAPPING:
             reading.jobs_complete = s.value == 1
         elif s.name == RDMA_SATURATED and s.value == 1:
@@ -172,6 +182,7 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
         reading.ports.setdefault(key, {})[column] = None
     for row in reading.gpus.values():
         _finish_memory(row)
+    reading.host = host.values()
     return reading
 
 

@@ -17,14 +17,26 @@ from collections.abc import Hashable
 
 
 class CounterDeltas:
-    """The previous value of each counter, by any hashable key."""
+    """The previous value of each counter, by any hashable key.
 
-    def __init__(self, last: dict[Hashable, float] | None = None) -> None:
+    Counters of things that come and go (a job's on a node) belong to a group (the node), so
+    that `retain` forgets the gone ones' values, which would otherwise pile up for ever."""
+
+    def __init__(
+        self,
+        last: dict[Hashable, float] | None = None,
+        groups: dict[Hashable, set[Hashable]] | None = None,
+    ) -> None:
         self._last: dict[Hashable, float] = dict(last or {})
+        self._groups = {group: set(keys) for group, keys in (groups or {}).items()}
 
-    def delta(self, key: Hashable, value: float | None) -> float | None:
+    def delta(
+        self, key: Hashable, value: float | None, group: Hashable | None = None
+    ) -> float | None:
         """Increase since this key's previous value; None for the first value after none or an
         unknown one. Integer counters give integer deltas."""
+        if group is not None:
+            self._groups.setdefault(group, set()).add(key)
         if value is None:
             self._last.pop(key, None)
             return None
@@ -34,13 +46,21 @@ class CounterDeltas:
             return None
         return value - previous if value >= previous else value
 
-    def seed(self, key: Hashable, value: float) -> None:
+    def seed(self, key: Hashable, value: float, group: Hashable | None = None) -> None:
         """Start from a value stored before a restart, so the next delta is not lost."""
         self._last.setdefault(key, value)
+        if group is not None:
+            self._groups.setdefault(group, set()).add(key)
+
+    def retain(self, group: Hashable, keys: set[Hashable]) -> None:
+        """Forget the counters of `group` that are not among `keys` (a job that left the node)."""
+        for gone in self._groups.get(group, set()) - keys:
+            self._last.pop(gone, None)
+        self._groups[group] = set(keys)
 
     def copy(self) -> CounterDeltas:
         """A snapshot, to go back to when the rows computed from here are not written."""
-        return CounterDeltas(self._last)
+        return CounterDeltas(self._last, self._groups)
 
     def __len__(self) -> int:
         return len(self._last)

@@ -49,7 +49,7 @@ QUERY = '{__name__=~"' + "|".join(sorted(WANTED | set(HEALTH))) + '"}'
 FRESHNESS = 'timestamp(up) and on (instance, job) {__name__=~"' + "|".join(sorted(WANTED)) + '"}'
 MAX_RESPONSE_BYTES = 512_000_000
 # Samples tables with their own watermark (the `nodes` records upsert, so a re-read is harmless).
-SAMPLE_TABLES = ("gpu_samples", "rdma_samples", "health_samples", "scrapes")
+SAMPLE_TABLES = ("gpu_samples", "rdma_samples", "job_host_samples", "health_samples", "scrapes")
 
 # {step time: {(cluster, node): (instance, samples)}}
 Steps = dict[float, dict[tuple[str, str], tuple[str, list[Sample]]]]

@@ -1,6 +1,7 @@
 """One round's warehouse rows: GPU samples stamped with their job and energy delta, RDMA samples
-with deltas, health readings that changed (sing/collector/health.py), node inventory versions, and
-one `scrapes` row per target.
+with deltas, each Slurm job's cgroup readings per node with their CPU and I/O deltas, health
+readings that changed (sing/collector/health.py), node inventory versions, and one `scrapes` row
+per target.
 
 Stamping the job at ingest is what keeps per-job reports fast (a GROUP BY instead of a range
 join of samples against allocations, see docs/warehouse.md). The job of a GPU comes from the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +35,7 @@ from sing.collector.convert import Hardware, NodeReading
 from sing.collector.counters import CounterDeltas
 from sing.collector.health import LastValues, health_rows
 from sing.collector.inventory import Inventory, NodeKey
+from sing.collector.jobhost import JobHostValues
 from sing.executors.records import NodeRecord
 from sing.jobids import job_order
 from sing.schema import TABLES
@@ -46,6 +49,12 @@ Drops = Counter[str]
 # What pyarrow raises for a value that does not fit its column.
 ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
 FLOAT_MAX = {32: 3.4028234663852886e38, 64: math.inf}
+# job_host_samples counters -> their delta columns
+HOST_COUNTERS = {
+    "cpu_s": "cpu_delta_s",
+    "io_read_bytes": "io_read_delta_bytes",
+    "io_write_bytes": "io_write_delta_bytes",
+}
 
 
 class RoundRows:
@@ -69,6 +78,7 @@ class RoundRows:
         self._rows: dict[str, list[dict[str, Any]]] = {
             "gpu_samples": [],
             "rdma_samples": [],
+            "job_host_samples": [],
             "health_samples": [],
             "nodes": [],
             "scrapes": [],
@@ -105,10 +115,25 @@ class RoundRows:
                     "job_id": node_job,
                 }
             )
+        self._add_host(ts, cluster, node, reading.host)
         self._rows["health_samples"] += health_rows(self._health, ts, cluster, node, reading.health)
         hardware = reading.hardware()
         if hardware is not None:
             self._hardware[(cluster, node)] = hardware
+
+    def _add_host(self, ts: datetime, cluster: str, node: str, host: JobHostValues) -> None:
+        """Each job's cgroup on the node, its counters' deltas keyed by job and node (a
+        requeued run's new cgroup reads as a reset); the node's jobs that are gone are
+        forgotten."""
+        seen: set[Hashable] = set()
+        for job, values in sorted(host.items()):
+            row = {"ts": ts, "cluster": cluster, "node": node, "job_id": job, **values}
+            for column, delta in HOST_COUNTERS.items():
+                key = (cluster, node, job, column)
+                seen.add(key)
+                row[delta] = self._deltas.delta(key, values.get(column), (cluster, node))
+            self._rows["job_host_samples"].append(row)
+        self._deltas.retain((cluster, node), seen)
 
     def add_inventory(self, ts: datetime, listed: dict[NodeKey, NodeRecord] | None) -> None:
         """Close a step: node versions from the hardware its nodes reported and the executor's
@@ -200,6 +225,9 @@ def fit_reading(reading: NodeReading) -> Drops:
             del reading.ports[(device, port)]
     for counters in reading.ports.values():
         drops += _drop_unfit(counters, rdma_columns)
+    host_columns = _columns("job_host_samples")
+    for values in reading.host.values():
+        drops += _drop_unfit(values, host_columns)
     return drops
 
 

@@ -27,7 +27,7 @@ from sing.collector.counters import CounterDeltas
 from sing.collector.health import LastValues
 from sing.collector.inventory import NodeKey, load_inventory
 from sing.collector.jobsync import JobSync, running_allocations
-from sing.collector.rows import Allocations, RoundRows
+from sing.collector.rows import HOST_COUNTERS, Allocations, RoundRows
 from sing.collector.scrape import scrape
 from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.settings import CollectorSettings
@@ -193,10 +193,10 @@ class Collector:
 
 
 def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
-    """Counter state from the newest stored samples (RDMA bytes, GPU energy), so a restart
-    loses no delta. A counter whose newest stored value is unknown (NULL) gets no seed, as it
-    would have none had the collector kept running. Rows from before samples carried a
-    cluster belong to the site's."""
+    """Counter state from the newest stored samples (RDMA bytes, GPU energy, jobs' CPU and I/O
+    on each node), so a restart loses no delta. A counter whose newest stored value is unknown
+    (NULL) gets no seed, as it would have none had the collector kept running. Rows from before
+    samples carried a cluster belong to the site's."""
     since = datetime.now(UTC) - SEED_WINDOW
     deltas = CounterDeltas()
     con = warehouse.connect()
@@ -206,6 +206,14 @@ def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
             SELECT coalesce(cluster, ?) AS c, node, device, port,
                    arg_max_null(tx_bytes, ts), arg_max_null(rx_bytes, ts)
             FROM rdma_samples WHERE ts > ? GROUP BY ALL
+            """,
+            [default_cluster, since],
+        ).fetchall()
+        jobs = con.execute(
+            """
+            SELECT coalesce(cluster, ?) AS c, node, job_id, arg_max_null(cpu_s, ts),
+                   arg_max_null(io_read_bytes, ts), arg_max_null(io_write_bytes, ts)
+            FROM job_host_samples WHERE ts > ? GROUP BY ALL
             """,
             [default_cluster, since],
         ).fetchall()
@@ -223,6 +231,10 @@ def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
         for direction, value in (("tx", tx), ("rx", rx)):
             if value is not None:
                 deltas.seed((cluster, node, device, port, direction), value)
+    for cluster, node, job, *values in jobs:
+        for column, value in zip(HOST_COUNTERS, values, strict=True):
+            if value is not None:
+                deltas.seed((cluster, node, job, column), value, (cluster, node))
     for cluster, node, gpu, by_index, energy in gpus:
         if energy is not None:
             deltas.seed((cluster, node, int(gpu) if by_index else gpu, "energy"), energy)

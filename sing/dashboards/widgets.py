@@ -12,6 +12,7 @@ from sing.config import Config
 from sing.dashboards import data
 from sing.dashboards.access import Viewer
 from sing.dashboards.cli import DEMO_WORDS
+from sing.tables import scaled_bytes
 from sing.warehouse.coverage import coverage_words
 
 VISIT_KEY = "_sing_visit"
@@ -110,6 +111,19 @@ def hours(h: float | None) -> str:
     return "n/a" if h is None else f"{h:,.0f} h" if h >= 100 else f"{h:,.1f} h"
 
 
+def _host_figures(report: dict) -> None:
+    """The job's CPU efficiency, host memory and disk I/O, as `sing job` shows them."""
+    a, b, c, d = st.columns(4)
+    a.metric("CPU efficiency", percent(report["cpu_efficiency"]))
+    cores, alloc = report["mean_cores_used"], report["alloc_cores"]
+    b.metric("CPU cores in use", "n/a" if cores is None else f"{cores:.1f} of {alloc or '?'}")
+    c.metric("Peak host memory", scaled_bytes(report["host_mem_peak_bytes"], binary=True))
+    if report["host_mem_req_bytes"]:
+        c.caption(f"of {scaled_bytes(report['host_mem_req_bytes'], binary=True)} requested")
+    read, written = (scaled_bytes(report[k]) for k in ("io_read_bytes", "io_write_bytes"))
+    d.metric("Disk read / written", f"{read} / {written}")
+
+
 def job_report_section(report: dict) -> None:
     """One job's efficiency on screen: headline figures, plain-language notes, per-GPU and
     per-node tables (the `sing job` report)."""
@@ -120,6 +134,8 @@ def job_report_section(report: dict) -> None:
     b.metric("GPU-hours", hours(report["gpu_hours"]))
     c.metric("Idle GPU-hours", hours(report["idle_gpu_hours"]))
     d.metric("Peak GPU memory", f"{(report['peak_mem_bytes'] or 0) / 2**30:.1f} GiB")
+    if report["per_node_host"]:  # the job's cgroups were read (docs/exporter.md)
+        _host_figures(report)
     st.caption(
         f"Job {report['job_id']} of {report['user']} ({report['account']}), {report['state']}, "
         f"{report['num_nodes']} node(s), {report['num_gpus']} GPU(s), "
@@ -146,6 +162,23 @@ def job_report_section(report: dict) -> None:
                 "mean_sm_active": st.column_config.NumberColumn("SM active", format="percent"),
                 "peak_mem_gib": st.column_config.NumberColumn("peak mem GiB", format="%.1f"),
                 "energy_kwh": st.column_config.NumberColumn("energy kWh", format="%.2f"),
+            },
+        )
+    if report["per_node_host"]:
+        left.dataframe(
+            pl.DataFrame(report["per_node_host"]).select(
+                "node",
+                cores=pl.col("cpu_s") / (report["run_s"] or None),
+                cpus=pl.col("cpuset_cpus"),
+                peak_gib=pl.col("mem_peak_bytes") / 2**30,
+                limit_gib=pl.col("mem_limit_bytes") / 2**30,
+            ),
+            hide_index=True,
+            column_config={
+                "cores": st.column_config.NumberColumn("cores in use", format="%.1f"),
+                "cpus": "cores allocated",
+                "peak_gib": st.column_config.NumberColumn("peak memory GiB", format="%.1f"),
+                "limit_gib": st.column_config.NumberColumn("memory limit GiB", format="%.0f"),
             },
         )
     if report["per_node_rdma"]:

@@ -185,6 +185,7 @@ def _start_node(
         on_reading=recorder.write if recorder else None,
         health=settings.health,
         health_refresh_s=settings.health_refresh_s,
+        cgroups=settings.cgroups,
     )
     try:
         server = serve(node_registry(collector), settings.listen_address, port, web)

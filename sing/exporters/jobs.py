@@ -87,14 +87,18 @@ class JobSource:
     ) -> str | None:
         """The job id of a SLUID-named cgroup: the prolog's file, else a matching environment."""
         sluid = normal_sluid(sluid) or sluid
-        recorded = (self._read(self.sluid_dir / sluid) or b"").decode(errors="replace").strip()
-        if ascii_digits(recorded):
+        if recorded := self.recorded_job(sluid):
             return recorded
         env_sluid = normal_sluid(environ.get(b"SLURM_JOB_SLUID", b"").decode(errors="replace"))
         if env_sluid == sluid:
             return env_job
         self.errors.count("jobs", "unknown_sluid")
         return None
+
+    def recorded_job(self, sluid: str) -> str | None:
+        """The job id the prolog recorded for the run `sluid` (printed form), or None."""
+        recorded = (self._read(self.sluid_dir / sluid) or b"").decode(errors="replace").strip()
+        return recorded if ascii_digits(recorded) else None
 
     def _owner(self, base: Path) -> str:
         status = (self._read(base / "status") or b"").decode(errors="replace")

@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import Metric
 
+from sing.exporters.cgroups import CgroupSource
 from sing.exporters.errors import ErrorCounter
 from sing.exporters.gpu import GpuSource, NodeReading, gpu_metrics
 from sing.exporters.jobs import JobSource
@@ -26,7 +27,8 @@ from sing.exporters.rdma import RdmaSource
 
 
 class NodeCollector:
-    """A prometheus_client custom collector for GPU, RDMA and job-attribution metrics."""
+    """A prometheus_client custom collector for GPU, RDMA, job-attribution and job cgroup
+    metrics (`cgroups`: read the jobs' cgroups)."""
 
     def __init__(
         self,
@@ -41,11 +43,13 @@ class NodeCollector:
         wall_clock: Callable[[], float] = time.time,
         health: bool = True,
         health_refresh_s: float = 60.0,
+        cgroups: bool = True,
     ) -> None:
         self.errors = ErrorCounter()
         self.gpus = GpuSource(nvml, self.errors, wall_clock, health, health_refresh_s)
         self.rdma = RdmaSource(sysfs_root, self.errors)
         self.jobs = JobSource(proc_root, job_mapping_dir, self.errors)
+        self.cgroups = CgroupSource(sysfs_root, self.jobs, self.errors) if cgroups else None
         self.cache_seconds = cache_seconds
         self.before_read = before_read  # the fake world advances its counters here
         self.on_reading = on_reading  # `--record` writes each fresh reading here
@@ -75,6 +79,7 @@ class NodeCollector:
             *gpu_metrics(reading),
             *self.jobs.metrics(reading.gpus),
             *self.rdma.metrics(),
+            *(self.cgroups.metrics() if self.cgroups else ()),
             self.errors.metric(),
         ]
         return [f for f in families if f.samples]

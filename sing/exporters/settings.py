@@ -30,3 +30,6 @@ class ExporterSettings:
     # The health readings the GPU keeps in its InfoROM (ECC aggregate, retired pages, row
     # remapping) change a few times in its life: read them this often, not every scrape.
     health_refresh_s: float = 60.0
+    # Each Slurm job's CPU time, memory and I/O from its cgroup (docs/exporter.md); off where
+    # cgroup_exporter already serves the same series from this node.
+    cgroups: bool = True

@@ -11,12 +11,14 @@ the whole job. Jobs still running count up to `now`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
 import duckdb
 import polars as pl
 
 from sing.jobids import job_order_sql
+from sing.schema import TABLES
 from sing.signals import GPU_SIGNALS, GpuSignal
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_sql
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
@@ -84,6 +86,95 @@ SELECT cluster, job_id{"".join(", " + _signal_figure(s) for s in GPU_SIGNALS)}
 FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM job_gpu_signals)
 GROUP BY ALL
 """
+
+
+def _counter_sql(first: str, deltas: str, highest: str) -> str:
+    """A job cgroup counter's total on a node over the per-day rollup rows: the first value
+    plus the deltas (resets counted from zero), or the highest value where that is more (a gap
+    in the deltas); NULL where no sample had it."""
+    return (
+        f"CASE WHEN max({highest}) IS NOT NULL THEN greatest(max({highest}), "
+        f"coalesce(arg_min_null({first}, first_ts), 0) + coalesce(sum({deltas}), 0)) END"
+    )
+
+
+def job_host_node_sql(source: str = "job_host_usage") -> str:
+    """Per job and node, over the job's whole life: CPU seconds, cpuset size, memory peak and
+    limit, I/O bytes of its cgroup there (from `job_host_usage` rows or a relation like it)."""
+    return f"""
+SELECT cluster, job_id, node,
+       sum(samples) AS samples,
+       {_counter_sql("first_cpu_s", "cpu_delta_sum_s", "cpu_max_s")} AS cpu_s,
+       max(cpuset_cpus) AS cpuset_cpus,
+       max(mem_peak_bytes) AS mem_peak_bytes,
+       max(mem_limit_bytes) AS mem_limit_bytes,
+       ({_counter_sql("first_io_read_bytes", "io_read_delta_sum_bytes", "io_read_max_bytes")})
+           ::BIGINT AS io_read_bytes,
+       ({_counter_sql("first_io_write_bytes", "io_write_delta_sum_bytes", "io_write_max_bytes")})
+           ::BIGINT AS io_write_bytes
+FROM (SELECT * REPLACE (coalesce(cluster, {HOME_CLUSTER}) AS cluster) FROM {source})
+GROUP BY ALL
+"""
+
+
+JOB_HOST_NODE_SQL = job_host_node_sql()
+JOBS_COLUMNS = frozenset(TABLES["jobs"].schema.names)
+
+
+def job_host_sql(jobs_columns: Collection[str] = JOBS_COLUMNS) -> str:
+    """Per job: CPU and host memory over its nodes, against what it was allocated.
+
+    Allocated cores and requested memory come from the job record (`jobs.alloc_cpus`, the job's
+    CPUs; `jobs.req_mem_bytes`, its memory over all its nodes: sacct's AllocCPUS and ReqMem)
+    where the scheduler's records have them (`jobs_columns`), else from its cgroups (the cpusets'
+    sizes and the memory limits summed over its nodes). A sum over the nodes is NULL (unknown)
+    unless every one of the job's nodes reported it: a figure from half the nodes would be
+    half the truth."""
+
+    def record(column: str) -> str:
+        return f"j.{column}" if column in jobs_columns else "NULL"
+
+    def all_nodes(figure: str) -> str:
+        every = "coalesce(any_value(j.num_nodes), 1)"
+        return f"CASE WHEN count({figure}) >= {every} THEN sum({figure}) END"
+
+    run_s = "epoch(coalesce(j.end_time, $now) - j.start_time)"
+    return f"""
+WITH host AS (
+    SELECT h.cluster, h.job_id,
+           {all_nodes("h.cpu_s")} AS cpu_core_s,
+           {all_nodes("h.cpuset_cpus")}::BIGINT AS cgroup_cpus,
+           {all_nodes("h.mem_peak_bytes")}::BIGINT AS host_mem_peak_bytes,
+           max(h.mem_peak_bytes) AS node_mem_peak_bytes,
+           {all_nodes("h.mem_limit_bytes")}::BIGINT AS cgroup_mem_limit_bytes,
+           {all_nodes("h.io_read_bytes")}::BIGINT AS io_read_bytes,
+           {all_nodes("h.io_write_bytes")}::BIGINT AS io_write_bytes
+    FROM ({JOB_HOST_NODE_SQL}) h
+    JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
+    GROUP BY h.cluster, h.job_id
+), figures AS (
+    SELECT h.*,
+           coalesce({record("alloc_cpus")}, h.cgroup_cpus) AS alloc_cores,
+           coalesce({record("req_mem_bytes")}, h.cgroup_mem_limit_bytes) AS host_mem_req_bytes,
+           {run_s} AS host_run_s,
+           greatest(coalesce(j.num_nodes, 1), 1) AS host_nodes
+    FROM host h JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
+)
+SELECT cluster, job_id, cpu_core_s, alloc_cores,
+       cpu_core_s / nullif(host_run_s, 0) AS mean_cores_used,
+       cpu_core_s / nullif(alloc_cores * host_run_s, 0) AS cpu_efficiency,
+       host_mem_peak_bytes, node_mem_peak_bytes, host_mem_req_bytes,
+       host_mem_peak_bytes / nullif(host_mem_req_bytes, 0) AS host_mem_ratio,
+       (host_mem_req_bytes / host_nodes)::BIGINT AS node_mem_req_bytes,
+       -- per node: the peak with a quarter to spare, up to the next power of two GiB (>= 1 GiB)
+       pow(2, ceil(log2(greatest(node_mem_peak_bytes * 1.25, pow(2, 30)))))::BIGINT
+           AS suggested_mem_bytes,
+       io_read_bytes, io_write_bytes
+FROM figures
+"""
+
+
+JOB_HOST_SQL = job_host_sql()
 
 # Versions of each node of the inventory: a version holds from `valid_from` (-infinity for rows
 # without one: since the beginning) until the node's next version (+infinity for the newest);

@@ -24,7 +24,14 @@ from sing.config import Thresholds
 from sing.errors import UserError
 from sing.signals import GPU_SIGNALS, GpuSignal
 from sing.tables import Column, hours, scaled_bytes
-from sing.warehouse.analytics import JOB_COVERAGE_SQL, JOB_GPU_SQL, JOB_RDMA_SQL, JOB_SIGNALS_SQL
+from sing.warehouse.analytics import (
+    JOB_COVERAGE_SQL,
+    JOB_GPU_SQL,
+    JOB_HOST_NODE_SQL,
+    JOB_HOST_SQL,
+    JOB_RDMA_SQL,
+    JOB_SIGNALS_SQL,
+)
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds, coverage_words, partial_data_note
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL
 
@@ -134,6 +141,24 @@ def job_report(
         .pl()
         .to_dicts()
     )
+    host = con.sql(
+        f"SELECT * EXCLUDE (cluster, job_id) FROM ({JOB_HOST_SQL}) "
+        "WHERE cluster = $cluster AND job_id = $job_id",
+        params=key | {"now": now},
+    ).pl()
+    job |= host.row(0, named=True) if not host.is_empty() else dict.fromkeys(host.columns)
+    job["per_node_host"] = (
+        con.sql(
+            f"""
+        SELECT node, cpu_s, cpuset_cpus, mem_peak_bytes, mem_limit_bytes, io_read_bytes,
+               io_write_bytes
+        FROM ({JOB_HOST_NODE_SQL}) WHERE cluster = $cluster AND job_id = $job_id ORDER BY node
+        """,
+            params=key,
+        )
+        .pl()
+        .to_dicts()
+    )
     job["runs"] = (
         con.sql(
             """
@@ -228,7 +253,20 @@ def _derived(job: dict[str, Any]) -> dict[str, Any]:
     out["rdma_gb_per_node_hour"] = None if rdma is None else rdma / 1e9
     out["peak_mem_gib"] = (job.get("peak_mem_bytes") or 0) / GIB
     out["gpu_mem_gib"] = (job.get("gpu_mem_bytes") or 0) / GIB
+    for figure in HOST_MEMORY_FIGURES:
+        value = job.get(f"{figure}_bytes")
+        out[f"{figure}_gib"] = None if value is None else value / GIB
     return out
+
+
+# Host memory figures (`<name>_bytes` from JOB_HOST_SQL) a note may also use in GiB (`<name>_gib`).
+HOST_MEMORY_FIGURES = (
+    "host_mem_peak",
+    "node_mem_peak",
+    "host_mem_req",
+    "node_mem_req",
+    "suggested_mem",
+)
 
 
 # Names a note's message may use (checked when the notes file is loaded).
@@ -257,6 +295,14 @@ _FIGURE_NAMES = (
     "gpu_mem_gib",
     "run_s",
     "queue_s",
+    "cpu_core_s",
+    "alloc_cores",
+    "mean_cores_used",
+    "cpu_efficiency",
+    "host_mem_ratio",
+    "io_read_bytes",
+    "io_write_bytes",
+    *(f"{figure}_{unit}" for figure in HOST_MEMORY_FIGURES for unit in ("bytes", "gib")),
     *SIGNAL_FIGURES,
 )
 
@@ -286,6 +332,7 @@ def render(job: dict[str, Any]) -> str:
         f"  SM activity  {_bar(job['mean_sm_active'])}",
         f"Peak GPU memory  {_memory(job['peak_mem_bytes'], job['gpu_mem_bytes'])}",
         *(_signal_line(s, job.get(s.figure)) for s in GPU_SIGNALS),
+        *(_host_lines(job) if job["per_node_host"] else []),
         "",
         "Per GPU:",
     ]
@@ -294,6 +341,8 @@ def render(job: dict[str, Any]) -> str:
             f"  {g['node']}:{g['gpu_index']}  util {_bar(g['mean_util'])}  "
             f"mem {_memory(g['peak_mem_bytes'], g['gpu_mem_bytes'])}"
         )
+    if job["per_node_host"]:
+        lines += ["Per node (CPU and host memory):", *_host_node_lines(job)]
     if job["per_node_rdma"]:
         lines.append("RDMA per node:")
         for r in job["per_node_rdma"]:
@@ -307,6 +356,38 @@ def render(job: dict[str, Any]) -> str:
     if job["notes"]:
         lines += ["", "Notes:"] + [f"  * {n}" for n in job["notes"]]
     return "\n".join(lines)
+
+
+def _host_lines(job: dict[str, Any]) -> list[str]:
+    """The job's CPU, host memory and disk I/O over all its nodes."""
+    cores = job["mean_cores_used"]
+    used = "" if cores is None else f" ({cores:.1f} of {_na(job['alloc_cores'])} cores in use)"
+    return [
+        f"CPU efficiency   {_bar(job['cpu_efficiency'])}{used}",
+        f"Peak host memory {_host_memory(job['host_mem_peak_bytes'], job['host_mem_req_bytes'])}",
+        f"Disk I/O         read {scaled_bytes(job['io_read_bytes'])}, "
+        f"written {scaled_bytes(job['io_write_bytes'])}",
+    ]
+
+
+def _host_node_lines(job: dict[str, Any]) -> list[str]:
+    """Each node's CPU cores in use on average and its peak host memory."""
+    run_s = job["run_s"] or 0
+    lines = []
+    for n in job["per_node_host"]:
+        busy = None if n["cpu_s"] is None or not run_s else n["cpu_s"] / run_s
+        lines.append(
+            f"  {n['node']}  CPU {'n/a' if busy is None else f'{busy:.1f}'} of "
+            f"{_na(n['cpuset_cpus'])} cores  "
+            f"memory {_host_memory(n['mem_peak_bytes'], n['mem_limit_bytes'])}"
+        )
+    return lines
+
+
+def _host_memory(peak: int | None, requested: int | None) -> str:
+    """Peak host memory beside what the job asked for (or its cgroup allowed)."""
+    of = f" of {scaled_bytes(requested, binary=True)} requested" if requested else ""
+    return f"{scaled_bytes(peak, binary=True)}{of}"
 
 
 def _signal_line(signal: GpuSignal, value: float | None) -> str:

@@ -24,7 +24,10 @@ already handled by the writer) with the day's first delta, so a reader can leave
 first sample of a job (its delta reaches back before the job); and the counter's min/max, the
 fallback for samples written before deltas existed. RDMA keeps, besides the sums of deltas, how
 many samples had an unknown counter (NULL: a saturated 32-bit counter), so a job's traffic with
-a blind spot reads as unknown instead of too small.
+a blind spot reads as unknown instead of too small. A job's cgroup counters (CPU seconds, I/O
+bytes) start at zero with the job, so its use on a node is the counter's first value plus its
+deltas (a requeued run's new cgroup counts from zero again), kept with the highest value, which
+covers a gap in the deltas (sing.warehouse.analytics.job_host_node_sql).
 """
 
 from __future__ import annotations
@@ -134,6 +137,32 @@ ROLLUPS: dict[str, Rollup] = {
             GROUP BY ALL
             """,
             "Per node and hour: RDMA bytes sent and received.",
+        ),
+        Rollup(
+            "job_host_usage",
+            "job_host_samples",
+            """
+            SELECT cluster, job_id, node, ts::DATE AS day,
+                   count(*) AS samples,
+                   arg_min_null(cpu_s, ts) AS first_cpu_s,
+                   sum(cpu_delta_s) AS cpu_delta_sum_s,
+                   max(cpu_s) AS cpu_max_s,
+                   max(cpuset_cpus) AS cpuset_cpus,
+                   max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
+                   max(mem_limit_bytes) AS mem_limit_bytes,
+                   arg_min_null(io_read_bytes, ts) AS first_io_read_bytes,
+                   sum(io_read_delta_bytes)::BIGINT AS io_read_delta_sum_bytes,
+                   max(io_read_bytes) AS io_read_max_bytes,
+                   arg_min_null(io_write_bytes, ts) AS first_io_write_bytes,
+                   sum(io_write_delta_bytes)::BIGINT AS io_write_delta_sum_bytes,
+                   max(io_write_bytes) AS io_write_max_bytes,
+                   min(ts) AS first_ts,
+                   max(ts) AS last_ts
+            FROM src WHERE job_id IS NOT NULL
+            GROUP BY ALL
+            """,
+            "Per job, node and day: its cgroup's CPU seconds and I/O bytes (first value, deltas, "
+            "highest), memory peak and limit, cpuset size.",
         ),
         Rollup(
             "job_gpu_signals",

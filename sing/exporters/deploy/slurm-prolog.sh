@@ -9,12 +9,19 @@
 # everyone (0755/0644), as `squeue` shows job ids to everyone. Only root writes them.
 # Slurm 26.05+ sets SLURM_JOB_SLUID (new on every requeue) and by default names the job's
 # cgroup v2 directory by it: the file $DIR.sluid/<SLUID> holds the job id, so the exporter can
-# name the job of such a process (the GPU files keep dcgm-exporter's one-job-id-per-line form).
+# name the job of such a process and of such a cgroup (the GPU files keep dcgm-exporter's
+# one-job-id-per-line form). A job without GPUs gets its SLUID file too: the exporter reads
+# every job's cgroup.
 # A failing prolog drains the node, so this script never fails: it always exits 0.
 DIR="${SING_GPU_JOB_DIR:-/run/sing/gpu-jobs}"
 GROUP="${SING_EXPORTER_GROUP:-sing-exporter}"
 GPUS="${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-${CUDA_VISIBLE_DEVICES:-}}}"
-[ -n "${SLURM_JOB_ID:-}" ] && [ -n "$GPUS" ] || exit 0
+SLUID="${SLURM_JOB_SLUID:-}"
+case "$SLUID" in
+    [sS]?????????????) case "$SLUID" in *[!0-9A-Za-z]*) SLUID="" ;; esac ;;
+    *) SLUID="" ;;  # unset (before 26.05) or not a SLUID: never a path outside the directory
+esac
+[ -n "${SLURM_JOB_ID:-}" ] && [ -n "$GPUS$SLUID" ] || exit 0
 mkdir -p "$DIR" 2>/dev/null || exit 0
 if getent group "$GROUP" >/dev/null 2>&1 && chgrp "$GROUP" "$DIR" 2>/dev/null; then
     DMODE=0750; MODE=0640
@@ -32,14 +39,11 @@ for gpu in $(echo "$GPUS" | tr ',' ' '); do
     [ -z "$GROUP" ] || chgrp "$GROUP" "$tmp"
     mv -f "$tmp" "$DIR/$gpu"
 done
-case "${SLURM_JOB_SLUID:-}" in
-    [sS]?????????????) case "$SLURM_JOB_SLUID" in *[!0-9A-Za-z]*) exit 0 ;; esac ;;
-    *) exit 0 ;;  # unset (before 26.05) or not a SLUID: never a path outside the directory
-esac
+[ -n "$SLUID" ] || exit 0
 mkdir -p "$DIR.sluid" && chmod "$DMODE" "$DIR.sluid" || exit 0
 [ -z "$GROUP" ] || chgrp "$GROUP" "$DIR.sluid"
-tmp="$DIR.sluid/.$SLURM_JOB_SLUID.$$"
+tmp="$DIR.sluid/.$SLUID.$$"
 echo "$SLURM_JOB_ID" >"$tmp" && chmod "$MODE" "$tmp"
 [ -z "$GROUP" ] || chgrp "$GROUP" "$tmp"
-mv -f "$tmp" "$DIR.sluid/$SLURM_JOB_SLUID"
+mv -f "$tmp" "$DIR.sluid/$SLUID"
 exit 0
