@@ -218,14 +218,12 @@ def test_writers_on_two_processes_lose_no_commit(s3: str) -> None:
     assert wh.open("gpu_samples").version() == 1 + 16
 
 
-def test_daft_reads_sings_counts_and_usage(s3: str, server: S3Server) -> None:
-    """An outside engine reads the Delta tables from the object store with sing's figures:
-    rows per day, and the fairness report's GPU-hours per user."""
+def daft_reader(s3: str, server: S3Server):
+    """Daft, and its S3 settings, over a filled and compacted warehouse; with sing's figures."""
     daft = pytest.importorskip("daft", reason="Daft is not installed (pip install 'sing[engines]')")
     wh = Warehouse(s3)
     fill(wh)
     wh.compact(DAY + timedelta(days=3))
-    mine = figures(wh)
     io = daft.io.IOConfig(
         s3=daft.io.S3Config(
             endpoint_url=server.endpoint,
@@ -236,6 +234,12 @@ def test_daft_reads_sings_counts_and_usage(s3: str, server: S3Server) -> None:
             use_ssl=False,
         )
     )
+    return daft, io, figures(wh)
+
+
+def test_daft_reads_sings_counts(s3: str, server: S3Server) -> None:
+    """An outside engine reads the Delta tables from the object store: sing's rows per day."""
+    daft, io, mine = daft_reader(s3, server)
     per_day = (
         daft.read_deltalake(f"{s3}/gpu_samples", io_config=io)
         .groupby("day")
@@ -244,19 +248,29 @@ def test_daft_reads_sings_counts_and_usage(s3: str, server: S3Server) -> None:
         .to_pydict()
     )
     assert list(zip(per_day["day"], per_day["n"], strict=True)) == mine["per_day"]
-    since, until = DAY, DAY + timedelta(days=2)
-    jobs_df = daft.read_deltalake(f"{s3}/jobs", io_config=io)
-    usage = daft.sql(
-        """
-        SELECT "user", count(*) AS jobs,
-               sum(num_gpus * (epoch(least(coalesce(end_time, until), until))
-                               - epoch(greatest(start_time, since))) / 3600.0) AS gpu_hours
-        FROM jobs_df
-        WHERE start_time IS NOT NULL AND start_time < until
-          AND coalesce(end_time, until) > since
-        GROUP BY "user" ORDER BY gpu_hours DESC
-        """,
-        jobs_df=jobs_df.with_columns({"since": daft.lit(since), "until": daft.lit(until)}),
-    ).to_pydict()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the jobs files delta-rs's merge writes hold Utf8View strings, which Daft 0.7 "
+    "cannot read yet (DaftError: Unsupported Arrow DataType: Utf8View)",
+)
+def test_daft_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server) -> None:
+    daft, io, mine = daft_reader(s3, server)
+    # The fairness report's GPU-hours: each job's GPUs times its time inside the window.
+    since, until = (int(t.timestamp() * 1e6) for t in (DAY, DAY + timedelta(days=2)))
+    col, micros = daft.col, daft.DataType.int64()
+    start = col("start_time").cast(micros)
+    end = col("end_time").cast(micros).fill_null(until)
+    inside = end.clip(since, until) - start.clip(since, until)
+    usage = (
+        daft.read_deltalake(f"{s3}/jobs", io_config=io)
+        .where(col("start_time").not_null() & (start < until) & (end > since))
+        .with_column("gpu_hours", col("num_gpus") * inside / 3.6e9)
+        .groupby("user")
+        .agg(col("job_id").count().alias("jobs"), col("gpu_hours").sum())
+        .sort("gpu_hours", desc=True)
+        .to_pydict()
+    )
     got = list(zip(usage["user"], usage["jobs"], usage["gpu_hours"], strict=True))
     assert [(u, j, pytest.approx(h)) for u, j, h in got] == mine["fairness"]
