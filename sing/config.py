@@ -145,11 +145,14 @@ class Config:
             return p
         return self.path.parent / p
 
-    def warehouse_dir(self, override: str | Path | None = None) -> Path:
-        """Warehouse location: `--warehouse`, then `$SING_WAREHOUSE`, then [site] warehouse."""
+    def warehouse_dir(self, override: str | Path | None = None) -> Path | str:
+        """Warehouse location: `--warehouse`, then `$SING_WAREHOUSE`, then [site] warehouse;
+        an object-store URI (`s3://bucket/prefix`) is kept as it is (a Path would drop a `/`)."""
         site = self.site  # checked on every path: a typo in [site] fails with --warehouse too
-        chosen = override or os.environ.get("SING_WAREHOUSE")
-        if chosen:
+        chosen = override or os.environ.get("SING_WAREHOUSE") or site.warehouse
+        if isinstance(chosen, str) and chosen.startswith("s3://"):
+            return chosen
+        if override or os.environ.get("SING_WAREHOUSE"):
             return Path(chosen).expanduser()
         return self.resolve_path(site.warehouse)
 

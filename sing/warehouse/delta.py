@@ -9,6 +9,10 @@ are fsynced right after the commit, before `append` returns, under the table's l
 
 Checkpoints and log clean-up are never left to commit hooks (`NO_HOOKS`): maintenance writes
 them after fsync, so a checkpoint never summarises entries that could still be lost.
+
+On object storage (a table location `s3://...`, `files.is_uri`) a completed PUT is durable, so
+the fsync steps fall away: data files are uploaded whole under their final names before the
+commit names them, and delta-rs writes each log entry by conditional put (`files.storage_options`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sing.digits import ascii_digits
 from sing.warehouse import files
+from sing.warehouse.files import Location
 
 # Old log entries go once a checkpoint covers them and they are a day old; removed data files
 # are deleted by vacuum an hour after their removal (longer than any reader's query).
@@ -48,16 +53,18 @@ DATA_PREFIX = "part-"
 TMP_SUFFIX = ".tmp"
 MERGE_ATTEMPTS = 5  # a merge that loses a race with another machine is retried this often
 
-_tables: dict[Path, DeltaTable] = {}
+_tables: dict[Location, DeltaTable] = {}
 _synced: dict[Path, int] = {}  # per table: every log entry up to this version is fsynced
-_loaded_from: dict[Path, int] = {}  # per table: the checkpoint its cached object was loaded from
+_loaded_from: dict[
+    Location, int
+] = {}  # per table: the checkpoint its cached object was loaded from
 
 
 @dataclass(frozen=True)
 class LiveFile:
     """One data file of the table's current snapshot."""
 
-    path: Path  # absolute
+    path: Location  # absolute
     relative: str  # as the log names it
     day: date | None
     size: int
@@ -87,7 +94,7 @@ def crash_point(step: str) -> None:
 # ---- opening -------------------------------------------------------------------------------
 
 
-def open_table(path: Path, refresh: bool = True) -> DeltaTable | None:
+def open_table(path: Location, refresh: bool = True) -> DeltaTable | None:
     """The table at `path` (cached per process), or None if none yet; at its newest version
     unless `refresh` is off, which a blind append can afford (it conflicts with nothing).
 
@@ -95,21 +102,32 @@ def open_table(path: Path, refresh: bool = True) -> DeltaTable | None:
     `DeltaTable` kept up to date by `update_incremental` alone gets slower with every update
     (after a year of daily files and 365 updates, 65 ms per commit and per update, against
     10 and 4 ms for a fresh object), while a fresh one loads the checkpoint and a few entries."""
-    checkpoint = last_checkpoint(path / "_delta_log")
+    checkpoint = last_checkpoint(path)
     dt = _tables.get(path)
     if dt is None or _loaded_from.get(path, -1) < checkpoint:
-        if not DeltaTable.is_deltatable(str(path)):
+        if not DeltaTable.is_deltatable(str(path), storage_options=_options(path)):
             return None
-        dt = _tables[path] = DeltaTable(str(path))
+        dt = _tables[path] = DeltaTable(str(path), storage_options=_options(path))
         _loaded_from[path] = checkpoint
-        _synced.setdefault(path, dt.version())
+        if isinstance(path, Path):
+            _synced.setdefault(path, dt.version())
     elif refresh:
         dt.update_incremental()
     return dt
 
 
+def _options(path: Location) -> dict[str, str] | None:
+    return files.storage_options() if files.is_uri(path) else None
+
+
+def location(dt: DeltaTable) -> Location:
+    """Where the table lives: a local directory, or its object-store URI."""
+    uri = dt.table_uri.rstrip("/")
+    return uri if files.is_uri(uri) else Path(uri.removeprefix("file://"))
+
+
 def ensure_table(
-    path: Path, schema: pa.Schema, partition_by: list[str], refresh: bool = True
+    path: Location, schema: pa.Schema, partition_by: list[str], refresh: bool = True
 ) -> DeltaTable:
     """Open the table, creating it empty first if it does not exist, with any column that
     `schema` has and the table lacks added (see `add_new_columns`)."""
@@ -125,11 +143,13 @@ def ensure_table(
             partition_by=partition_by or None,
             configuration=CONFIG,
             post_commithook_properties=NO_HOOKS,
+            storage_options=_options(path),
         )
     except Exception:  # another process created it meanwhile
-        if not DeltaTable.is_deltatable(str(path)):
+        if not DeltaTable.is_deltatable(str(path), storage_options=_options(path)):
             raise
-    _synced[path] = -1
+    if isinstance(path, Path):
+        _synced[path] = -1
     dt = open_table(path)
     assert dt is not None
     sync_log(dt)
@@ -169,7 +189,7 @@ def table_schema(schema: pa.Schema, partitioned: bool) -> pa.Schema:
 
 
 def write_files(
-    table_dir: Path, parts: list[tuple[date | None, pa.Table]], time_column: str | None
+    table_dir: Location, parts: list[tuple[date | None, pa.Table]], time_column: str | None
 ) -> list[AddAction]:
     """Write each (day, rows) part as durable Parquet files; big parts in parallel threads."""
     jobs = []
@@ -184,7 +204,7 @@ def write_files(
 
 
 def write_file(
-    table_dir: Path, day: date | None, rows: pa.Table, time_column: str | None
+    table_dir: Location, day: date | None, rows: pa.Table, time_column: str | None
 ) -> AddAction:
     """One Parquet file, durable under its final name before anything refers to it."""
     tmp = temporary_path(table_dir, day)
@@ -192,16 +212,25 @@ def write_file(
     return publish(table_dir, day, tmp, time_column)
 
 
-def temporary_path(table_dir: Path, day: date | None) -> Path:
+def temporary_path(table_dir: Location, day: date | None) -> Path:
+    """Where a file is written before `publish`: beside its final place, or in a local spool
+    for object storage."""
+    if isinstance(table_dir, str):
+        return files.spool_path()
     directory = table_dir / f"{DAY}={day.isoformat()}" if day else table_dir
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f".{DATA_PREFIX}{uuid.uuid4().hex}{TMP_SUFFIX}"
 
 
 def publish(
-    table_dir: Path, day: date | None, tmp: Path, time_column: str | None, name: str | None = None
+    table_dir: Location,
+    day: date | None,
+    tmp: Path,
+    time_column: str | None,
+    name: str | None = None,
 ) -> AddAction:
-    """Rename a finished temporary file to its final name, then fsync it and its directory.
+    """Rename a finished temporary file to its final name, then fsync it and its directory
+    (on object storage: upload it under its final name, which shows it whole or not at all).
 
     Renaming first lets one journal commit carry both the data and the new name (ext4 commits
     both on the file's fsync, so the directory's fsync finds little left to do). A file whose
@@ -209,6 +238,13 @@ def publish(
     yet, and vacuum deletes such orphans."""
     crash_point("data-written")
     final = tmp.with_name(name or tmp.name[1:].removesuffix(TMP_SUFFIX) + ".parquet")
+    if isinstance(table_dir, str):
+        relative = f"{DAY}={day.isoformat()}/{final.name}" if day else final.name
+        action = file_action(relative, tmp, day, time_column)
+        files.upload(tmp, files.join(table_dir, relative))  # type: ignore[arg-type]
+        tmp.unlink()
+        crash_point("data-uploaded")
+        return action
     os.replace(tmp, final)
     crash_point("data-renamed")
     files.fsync_path(final)
@@ -218,8 +254,14 @@ def publish(
 
 
 def add_action(table_dir: Path, path: Path, day: date | None, time_column: str | None) -> AddAction:
-    """The log's record of a file: size, partition, and stats (row count, time range)."""
-    meta = pq.read_metadata(path)
+    """The log's record of a file of the table: size, partition, and stats."""
+    return file_action(path.relative_to(table_dir).as_posix(), path, day, time_column)
+
+
+def file_action(relative: str, local: Path, day: date | None, time_column: str | None) -> AddAction:
+    """The log's record of the file `relative`, read from its local copy `local`: size,
+    partition, and stats (row count, time range)."""
+    meta = pq.read_metadata(local)
     stats: dict = {"numRecords": meta.num_rows}
     if time_column and meta.num_rows:
         index = meta.schema.to_arrow_schema().get_field_index(time_column)
@@ -232,12 +274,24 @@ def add_action(table_dir: Path, path: Path, day: date | None, time_column: str |
                 stats["minValues"] = {time_column: min(s.min for s in ranges).strftime(fmt)}
                 stats["maxValues"] = {time_column: max(s.max for s in ranges).strftime(fmt)}
     return AddAction(
-        path=path.relative_to(table_dir).as_posix(),
-        size=path.stat().st_size,
+        path=relative,
+        size=local.stat().st_size,
         partition_values={DAY: day.isoformat()} if day else {},
         modification_time=now_ms(),
         data_change=True,
         stats=json.dumps(stats),
+    )
+
+
+def copy_action(f: LiveFile, relative: str) -> AddAction:
+    """The log's record of a copy of a live file under another name."""
+    return AddAction(
+        path=relative,
+        size=f.size,
+        partition_values={DAY: f.day.isoformat()} if f.day else {},
+        modification_time=now_ms(),
+        data_change=True,
+        stats=json.dumps({"numRecords": f.rows}),
     )
 
 
@@ -313,7 +367,9 @@ def merge(dt: DeltaTable, batch: pa.Table, key: tuple[str, ...]) -> int:
 
 def sync_added_files(dt: DeltaTable, after: int) -> None:
     """fsync the data files that delta-rs added in the versions after `after`."""
-    root = Path(dt.table_uri.removeprefix("file://"))
+    root = location(dt)
+    if isinstance(root, str):
+        return
     directories = set()
     for version in range(after + 1, dt.version() + 1):
         for line in log_entry(root, version).read_text().splitlines():
@@ -329,8 +385,11 @@ def sync_added_files(dt: DeltaTable, after: int) -> None:
 def sync_log(dt: DeltaTable) -> int:
     """Move `dt` to the newest version and fsync every log entry not yet known durable."""
     dt.update_incremental()
-    root = Path(dt.table_uri.removeprefix("file://"))
+    root = location(dt)
     version = dt.version()
+    if isinstance(root, str):
+        crash_point("log-synced")
+        return version
     first = _synced.get(root, -1) + 1
     for v in range(first, version + 1):
         files.fsync_path(log_entry(root, v))
@@ -353,7 +412,7 @@ def live_files(dt: DeltaTable, time_column: str | None = None) -> list[LiveFile]
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
-    root = Path(dt.table_uri.removeprefix("file://"))
+    root = location(dt)
     column = actions.column
     days = (
         column(f"partition.{DAY}").to_pylist()
@@ -370,7 +429,7 @@ def live_files(dt: DeltaTable, time_column: str | None = None) -> list[LiveFile]
         day = days[i] if days else None
         out.append(
             LiveFile(
-                path=root / relative,
+                path=files.join(root, relative),
                 relative=relative,
                 day=date.fromisoformat(str(day)) if day is not None else None,
                 size=column("size_bytes")[i].as_py(),
@@ -464,9 +523,12 @@ def _whole(table_dir: Path, add: dict) -> bool:
 
 def checkpoint(dt: DeltaTable) -> None:
     """Write a checkpoint of the durable log, then drop json entries it made redundant."""
-    root = Path(dt.table_uri.removeprefix("file://"))
+    root = location(dt)
     sync_log(dt)
     dt.create_checkpoint()
+    if isinstance(root, str):
+        dt.cleanup_metadata()
+        return
     for path in (root / "_delta_log").glob(f"{dt.version():020d}.checkpoint*.parquet"):
         files.fsync_path(path)
     files.fsync_path(root / "_delta_log" / "_last_checkpoint")
@@ -478,19 +540,21 @@ def checkpoint(dt: DeltaTable) -> None:
 def versions_since_checkpoint(dt: DeltaTable) -> int:
     """Commits after the last checkpoint, counted on disk (other writers' too, without
     refreshing `dt`)."""
-    root = Path(dt.table_uri.removeprefix("file://"))
-    done = last_checkpoint(root / "_delta_log")
+    root = location(dt)
+    done = last_checkpoint(root)
     newest = max(dt.version(), done)
-    while log_entry(root, newest + 1).exists():
+    while files.exists(files.join(root, "_delta_log", f"{newest + 1:020d}.json")):
         newest += 1
     return newest - done
 
 
-def last_checkpoint(log_dir: Path) -> int:
+def last_checkpoint(table: Location) -> int:
     """The version of the newest checkpoint (from `_last_checkpoint`), or -1."""
     try:
-        return json.loads((log_dir / "_last_checkpoint").read_text())["version"]
-    except (FileNotFoundError, ValueError, KeyError):
+        return json.loads(files.read_text(files.join(table, "_delta_log", "_last_checkpoint")))[
+            "version"
+        ]
+    except (TypeError, ValueError, KeyError):
         return -1
 
 

@@ -4,24 +4,37 @@ A file is written under a temporary name, fsynced, renamed into place and its di
 (`sing.warehouse.delta.publish`), so a file that the table log names is whole on disk, even after a
 power loss. Temporaries of writers killed mid-write are hidden (a leading dot) and deleted by
 maintenance.
+
+A warehouse may instead live in an S3-compatible object store (`s3://bucket/prefix`). There a
+completed PUT is durable and whole, so nothing is fsynced or renamed: a file is written to a
+local spool, then uploaded under its final name. Endpoint and credentials come from the standard
+`AWS_*` variables, which delta-rs and pyarrow both read (docs/deploy.md).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 131_072  # small enough for ts zone maps to prune a job's window inside a day
 PARALLEL_WRITE_ROWS = 1_000_000  # a batch this big is written as parallel files
 WRITER_THREADS = min(2, os.cpu_count() or 1)
+SCHEMES = ("s3://",)
+
+# A local directory, or an object-store URI (`s3://bucket/prefix/...`) as a string.
+Location = Path | str
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
@@ -87,3 +100,116 @@ def uninterrupted() -> Iterator[None]:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
         if caught:
             signal.raise_signal(caught[0])  # now, to the handler that was there before
+
+
+# ---- object storage ----------------------------------------------------------------------------
+
+
+def is_uri(location: str | Path) -> bool:
+    """True for an object-store location (`s3://...`); a `Path` is always local."""
+    return isinstance(location, str) and location.startswith(SCHEMES)
+
+
+def join(location: Location, *parts: str) -> Location:
+    if isinstance(location, Path):
+        return location.joinpath(*parts)
+    return "/".join([location.rstrip("/"), *parts])
+
+
+def storage_options() -> dict[str, str]:
+    """What sing adds to delta-rs's own reading of the `AWS_*` variables: commits by
+    conditional put (`If-None-Match: *`), so two writers can never both write one log version;
+    never `AWS_S3_ALLOW_UNSAFE_RENAME`. A store that ignores the condition is refused at
+    opening (`sing.warehouse.store`)."""
+    return {"conditional_put": "etag"}
+
+
+@cache
+def object_store() -> pafs.S3FileSystem:
+    """pyarrow's S3 client, for the data files: endpoint and region from the `AWS_*` variables
+    as delta-rs reads them (pyarrow reads the credentials itself)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    scheme, _, host = endpoint.rpartition("://")
+    return pafs.S3FileSystem(
+        endpoint_override=host or None,
+        scheme=scheme or "https",
+        region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        allow_bucket_creation=False,
+    )
+
+
+def key(uri: str) -> str:
+    """`bucket/key` as pyarrow's S3 client names an object."""
+    return uri.split("://", 1)[1]
+
+
+def spool_path() -> Path:
+    """A hidden local temporary for a file bound for object storage."""
+    spool = Path(tempfile.gettempdir()) / "sing-spool"
+    spool.mkdir(exist_ok=True)
+    return spool / f".part-{os.urandom(16).hex()}.tmp"
+
+
+def upload(local: Path, uri: str) -> None:
+    """One object, whole or not at all: S3 shows an object only once its upload completed."""
+    pafs.copy_files(str(local), key(uri), destination_filesystem=object_store())
+
+
+def read_text(location: Location) -> str | None:
+    """The file's text, or None where there is none."""
+    if isinstance(location, Path):
+        try:
+            return location.read_text()
+        except FileNotFoundError:
+            return None
+    try:
+        with object_store().open_input_stream(key(location)) as stream:
+            return stream.read().decode()
+    except FileNotFoundError:
+        return None
+
+
+def write_text(location: Location, text: str) -> None:
+    """Replace a small file whole: by rename here, by one PUT in object storage."""
+    if isinstance(location, Path):
+        tmp = location.with_name(f".{location.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, location)
+        return
+    with object_store().open_output_stream(key(location)) as stream:
+        stream.write(text.encode())
+
+
+def link(source: Location, target: Location) -> None:
+    """A second durable name for a finished file: a hard link here, a server-side copy in
+    object storage (objects are immutable, so the copy is the same file)."""
+    if isinstance(source, Path) and isinstance(target, Path):
+        if not target.exists():
+            os.link(source, target)
+        fsync_path(target.parent)
+        return
+    object_store().copy_file(key(str(source)), key(str(target)))
+
+
+def exists(location: Location) -> bool:
+    if isinstance(location, Path):
+        return location.exists()
+    return object_store().get_file_info(key(location)).type != pafs.FileType.NotFound
+
+
+def parquet_dataset(uris: list[str], schema: pa.Schema | None, day_base: str | None) -> ds.Dataset:
+    """Object-store Parquet files as one Arrow dataset, which DuckDB scans lazily with
+    projection and filter pushdown (its own S3 reader, httpfs, is an extension downloaded at
+    run time, which a site may not allow). `schema`: the columns wanted, missing ones NULL;
+    `day_base`: the table whose `day=` directories are the hive partition."""
+    partitioning = (
+        ds.partitioning(pa.schema([("day", pa.date32())]), flavor="hive") if day_base else None
+    )
+    return ds.dataset(
+        [key(u) for u in uris],
+        schema=schema,
+        format="parquet",
+        filesystem=object_store(),
+        partitioning=partitioning,
+        partition_base_dir=key(day_base) if day_base else None,
+    )

@@ -8,12 +8,10 @@ Merged and rolled-up files go through the same durable writer as appends (`delta
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -22,6 +20,7 @@ import pyarrow as pa
 from sing.schema import TABLES, Table, table
 from sing.warehouse import delta, files
 from sing.warehouse.delta import LiveFile
+from sing.warehouse.files import Location
 from sing.warehouse.rollups import KEPT, OF, ROLLUPS, Rollup, plan_day, rollups_of
 from sing.warehouse.sql import q, source_sql
 
@@ -99,7 +98,7 @@ def _merge(
     con: duckdb.DuckDBPyConnection,
     dt: delta.DeltaTable,
     spec: Table,
-    table_dir: Path,
+    table_dir: Location,
     day: date | None,
     merged: list[LiveFile],
     order_by: tuple[str, ...],
@@ -163,7 +162,7 @@ def _write_rollup_file(
     con: duckdb.DuckDBPyConnection,
     rollup: Rollup,
     spec: Table,
-    rollup_dir: Path,
+    rollup_dir: Location,
     day: date,
     raw: LiveFile,
 ) -> delta.AddAction:
@@ -184,14 +183,14 @@ def rollup_schema(con: duckdb.DuckDBPyConnection, rollup: Rollup) -> pa.Schema:
     return delta.table_schema(empty.schema, partitioned=True)
 
 
-def apply_retention(wh: Warehouse, horizon: date) -> list[Path]:
+def apply_retention(wh: Warehouse, horizon: date) -> list[Location]:
     """Remove the raw files of sample days before `horizon` that every rollup summarises
     (raw telemetry only: the other samples tables are kept whole).
 
     Two commits per day, in an order that is exact at every moment: first each rollup's `of-`
     files become `kept-` files (a hard link under the new name), which readers count while the
     raw file is excluded; then the raw files are removed."""
-    removed: list[Path] = []
+    removed: list[Location] = []
     with wh.maintenance_lock() as held:
         if not held:
             return removed
@@ -213,7 +212,9 @@ def apply_retention(wh: Warehouse, horizon: date) -> list[Path]:
                     covered = {f.stem for f in day_raw}
                     gone = [f for f in delta.live_files(dt) if f.day == day and f.stem in covered]
                     delta.commit(dt, [delta.remove_action(f) for f in gone], "retention")
-                removed.append(wh.table_dir(spec.name) / f"{delta.DAY}={day.isoformat()}")
+                removed.append(
+                    files.join(wh.table_dir(spec.name), f"{delta.DAY}={day.isoformat()}")
+                )
     return removed
 
 
@@ -221,14 +222,14 @@ def _keep_rollup(wh: Warehouse, rollup: Rollup, day: date, day_rolled: list[Live
     current = [r for r in day_rolled if r.stem.startswith(OF)]
     if not current:
         return
-    rollup_dir = wh.table_dir(rollup.name)
     adds = []
     for r in current:
-        kept = r.path.with_name(f"{KEPT}{r.stem.removeprefix(OF)}.parquet")
-        if not kept.exists():
-            os.link(r.path, kept)
-        files.fsync_path(kept.parent)
-        adds.append(delta.add_action(rollup_dir, kept, day, None))
+        kept = (
+            r.relative.removesuffix(f"{r.stem}.parquet")
+            + f"{KEPT}{r.stem.removeprefix(OF)}.parquet"
+        )
+        files.link(r.path, files.join(wh.table_dir(rollup.name), kept))
+        adds.append(delta.copy_action(r, kept))
     dt = wh.open(rollup.name)
     assert dt is not None
     delta.commit(dt, [*adds, *(delta.remove_action(r) for r in current)], "retention")
@@ -270,6 +271,9 @@ def tidy(wh: Warehouse, name: str) -> int:
         dt.update_incremental()
         deleted = delta.vacuum(dt, GRACE_S // 3600)
     table_dir = wh.table_dir(name)
+    if isinstance(table_dir, str):  # object storage: temporaries are in the local spool
+        files.remove_stale_temporaries(files.spool_path().parent, delta.TMP_SUFFIX, GRACE_S)
+        return len(deleted)
     files.remove_stale_temporaries(table_dir, delta.TMP_SUFFIX, GRACE_S)
     cutoff = time.time() - GRACE_S
     for leftover in (table_dir / "_delta_log").glob("*.json#*"):  # commits killed mid-way

@@ -12,13 +12,12 @@ re-typing one, or changing the layout, does.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sing.errors import UserError
-from sing.warehouse import upgrade
+from sing.warehouse import files, upgrade
+from sing.warehouse.files import Location
 
 if TYPE_CHECKING:
     from sing.warehouse.store import Warehouse
@@ -39,17 +38,13 @@ def read_version(wh: Warehouse) -> int | None:
     return read_version_of(wh.root)
 
 
-def read_version_of(root: Path) -> int | None:
-    path = root / META
-    if not path.exists():
-        return None
-    return int(json.loads(path.read_text())["schema_version"])
+def read_version_of(root: Location) -> int | None:
+    text = files.read_text(files.join(root, META))
+    return None if text is None else int(json.loads(text)["schema_version"])
 
 
 def write_version(wh: Warehouse, version: int) -> None:
-    tmp = wh.root / f".{META}.tmp"
-    tmp.write_text(json.dumps({"schema_version": version}) + "\n")
-    os.replace(tmp, wh.root / META)
+    files.write_text(files.join(wh.root, META), json.dumps({"schema_version": version}) + "\n")
 
 
 def check_readable(wh: Warehouse) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from sing.schema import Table
+from sing.warehouse import files
+from sing.warehouse.files import Location
 
 
-def source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Path]) -> str:
+def source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: Sequence[Location]) -> str:
     """SQL for the table's rows in `paths` with the schema's columns and types."""
     columns = ", ".join(q(f.name) for f in spec.schema)
     empty = f"_empty_{spec.name}"
@@ -17,13 +22,37 @@ def source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Path]) -
     if not paths:
         return f"(SELECT {columns} FROM {empty})"
     # The empty table supplies typed NULLs for columns added after some files were written.
-    return (
-        f"(SELECT {columns} FROM (FROM {empty} UNION ALL BY NAME FROM read_parquet("
-        f"{sql_list(paths)}, union_by_name = true, hive_partitioning = false)))"
-    )
+    found = parquet_sql(con, paths, "union_by_name = true, hive_partitioning = false", spec.schema)
+    return f"(SELECT {columns} FROM (FROM {empty} UNION ALL BY NAME FROM {found}))"
 
 
-def sql_list(paths: list[Path]) -> str:
+def parquet_sql(
+    con: duckdb.DuckDBPyConnection,
+    paths: Sequence[Location],
+    options: str,
+    schema: pa.Schema | None = None,
+    day_base: Location | None = None,
+    unify: bool = False,
+) -> str:
+    """`read_parquet(paths, options)` over local files. Object-store files are registered as
+    an Arrow dataset instead (`files.parquet_dataset`) with the same meaning: `schema` the
+    columns read (else the first file's, or all files' with `unify`), `day_base` the table
+    whose `day=` directories are the partition."""
+    if not paths or not files.is_uri(paths[0]):
+        return f"read_parquet({sql_list(paths)}{', ' if options else ''}{options})"
+    uris = [str(p) for p in paths]
+    dataset = files.parquet_dataset(uris, schema, str(day_base) if day_base else None)
+    if unify:
+        found = pa.unify_schemas([f.physical_schema for f in dataset.get_fragments()])
+        if day_base and "day" not in found.names:
+            found = found.append(pa.field("day", pa.date32()))
+        dataset = files.parquet_dataset(uris, found, str(day_base) if day_base else None)
+    name = f"_files_{uuid.uuid4().hex}"
+    con.register(name, dataset)
+    return name
+
+
+def sql_list(paths: Sequence[Location | Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 

@@ -7,6 +7,11 @@ commit whole batches atomically (`sing.warehouse.delta`); readers open an in-mem
 views over the files of the newest version; nothing holds a database open, so any number of readers
 run beside the collector.
 
+ROOT is a local directory or an object-store URI (`s3://bucket/prefix`: docs/deploy.md). On
+object storage there is nothing to repair (a PUT is whole), and the locks below are taken on
+this host only; what makes writers on several hosts safe there is the store's conditional put,
+checked when a writer first opens the warehouse (`check_conditional_put`).
+
     ROOT/_meta.json                                 schema version
     ROOT/<samples table>/_delta_log/, day=YYYY-MM-DD/*.parquet
     ROOT/<record table>/_delta_log/, *.parquet      one row per key (upserts are merges)
@@ -16,11 +21,15 @@ run beside the collector.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
+import tempfile
+import uuid
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,15 +38,17 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from sing.errors import UserError
 from sing.schema import TABLES, Table, table
-from sing.warehouse import delta, maintenance, migrations
+from sing.warehouse import delta, files, maintenance, migrations
 from sing.warehouse.delta import LiveFile
+from sing.warehouse.files import Location
 from sing.warehouse.maintenance import CompactionResult
 from sing.warehouse.rollups import ROLLUPS, Rollup, plan_day
-from sing.warehouse.sql import q, source_sql, sql_list
+from sing.warehouse.sql import parquet_sql, q, source_sql
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +72,18 @@ class Warehouse:
 
         A missing directory is created (see `opening_creates`). A read-only one (a read-only
         mount, a user allowed to read only) is opened without the maintenance lock, repair or
-        upgrade: those are for whoever may write."""
+        upgrade: those are for whoever may write. An object-store URI is opened for writing
+        at the first write, not before: a reader may hold read-only credentials."""
+        self._prepared = False
+        if files.is_uri(root):
+            self.root: Location = str(root).rstrip("/")
+            return
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise UserError(
                 f"warehouse {self.root} is a file, not a directory; "
                 "give --warehouse (or SING_WAREHOUSE) a directory"
             )
-        self._prepared = False
         if not self.root.exists() and not self.opening_creates:
             return
         if self._read_only():
@@ -78,6 +93,8 @@ class Warehouse:
 
     def _read_only(self) -> bool:
         """True on a read-only mount (EROFS) or a directory this user may not write."""
+        if isinstance(self.root, str):
+            return False
         return self.root.exists() and not os.access(self.root, os.W_OK | os.X_OK)
 
     def require_writable(self) -> None:
@@ -94,6 +111,11 @@ class Warehouse:
                 f"warehouse {self.root} is read-only here and this command writes to it; "
                 "run it as a user who may write there, or on the host that owns it"
             )
+        if isinstance(self.root, str):
+            self._prepared = True
+            check_conditional_put(self.root)
+            migrations.upgrade(self)
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -104,7 +126,12 @@ class Warehouse:
 
     def require_existing(self) -> None:
         """Readers call this: answering from a directory that is not there would be silence."""
-        if not self.root.is_dir():
+        there = (
+            files.exists(files.join(self.root, migrations.META))
+            if isinstance(self.root, str)
+            else self.root.is_dir()
+        )
+        if not there:
             raise UserError(
                 f"no warehouse at {self.root} (create one with `sing demo-data`, "
                 "`sing collector run` or `sing warehouse import`, or give --warehouse)"
@@ -231,7 +258,8 @@ class Warehouse:
     ) -> None:
         stored, hot = self.rollup_sources(rollup, raw)
         stored = [f for f in stored if _on_or_after(f.day, first)]
-        _create_rollup_view(con, rollup, [f.path for f in stored], [f.path for f in hot])
+        paths = [f.path for f in stored], [f.path for f in hot]
+        _create_rollup_view(con, rollup, *paths, self.table_dir(rollup.name))
 
     def newest_time(self, name: str) -> datetime | None:
         """The newest time in a samples table, from the log's file stats (no data read)."""
@@ -248,14 +276,14 @@ class Warehouse:
             con.execute("SET TimeZone = 'UTC'")
             return con.execute(
                 f"SELECT max({q(spec.time_column or 'ts')}) "
-                f"FROM read_parquet({sql_list([f.path for f in newest])})"
+                f"FROM {parquet_sql(con, [f.path for f in newest], '')}"
             ).fetchone()[0]
         finally:
             con.close()
 
-    def table_dir(self, name: str) -> Path:
+    def table_dir(self, name: str) -> Location:
         """Where a table or rollup lives: `<warehouse>/<name>/`, a Delta table."""
-        return self.root / name
+        return files.join(self.root, name)
 
     def open(self, name: str) -> DeltaTable | None:
         """The table's Delta snapshot at its newest version; None before its first write."""
@@ -287,7 +315,7 @@ class Warehouse:
         """Held by whoever replaces or removes a table's files (merges, compaction, retention),
         so each decides on the newest version; plain appends only add files and need none."""
         self._prepare_writing()
-        locks = self.root / ".locks"
+        locks = self._lock_dir() / ".locks"
         locks.mkdir(exist_ok=True)
         with open(locks / f"{name}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
@@ -299,7 +327,7 @@ class Warehouse:
     @contextmanager
     def maintenance_lock(self) -> Iterator[bool]:
         """One compactor at a time; a second one skips instead of waiting."""
-        with open(self.root / ".maintenance.lock", "w") as fh:
+        with open(self._lock_dir() / ".maintenance.lock", "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -309,6 +337,16 @@ class Warehouse:
                 yield True
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _lock_dir(self) -> Path:
+        """The warehouse directory; for object storage, a directory of this host's, named by
+        the URI (object stores have no locks: docs/deploy.md says who maintains there)."""
+        if isinstance(self.root, Path):
+            return self.root
+        name = hashlib.sha256(self.root.encode()).hexdigest()[:16]
+        directory = Path(tempfile.gettempdir()) / f"sing-locks-{name}"
+        directory.mkdir(exist_ok=True)
+        return directory
 
     # ---- maintenance ---------------------------------------------------------------------
 
@@ -328,12 +366,40 @@ class Warehouse:
         self._prepare_writing()
         return maintenance.compact(self, now or datetime.now(UTC))
 
-    def apply_retention(self, raw_days: int, now: datetime | None = None) -> list[Path]:
+    def apply_retention(self, raw_days: int, now: datetime | None = None) -> list[Location]:
         """Remove raw sample days older than `raw_days` whose rollups are stored; returns their
         day directories. Days without current rollups are kept, so no summary is ever lost."""
         self._prepare_writing()
         horizon = ((now or datetime.now(UTC)) - timedelta(days=raw_days)).date()
         return maintenance.apply_retention(self, horizon)
+
+
+@cache
+def check_conditional_put(root: str) -> None:
+    """Refuse to write to an object store that does not honour `If-None-Match: *`.
+
+    delta-rs commits version n+1 by creating its log entry only if absent; a store that ignores
+    the condition lets a second writer overwrite a commit, losing its rows silently. So before
+    its first write a process commits twice to one version of a scratch table, from two
+    snapshots, with no retry: the second must be refused."""
+    probe = files.join(root, "_sing_probe", uuid.uuid4().hex)
+    schema = pa.schema([pa.field("x", pa.int8())])
+    first = DeltaTable.create(str(probe), schema, storage_options=files.storage_options())
+    second = DeltaTable(str(probe), storage_options=files.storage_options())
+    no_retry = CommitProperties(max_commit_retries=0)
+    try:
+        first.create_write_transaction([], "append", schema, commit_properties=no_retry)
+        try:
+            second.create_write_transaction([], "append", schema, commit_properties=no_retry)
+        except CommitFailedError:
+            return
+        raise UserError(
+            f"{root}: the object store overwrote a Delta commit that conditional put "
+            "(If-None-Match: *) should have refused, so two writers could lose each other's "
+            "rows; sing does not write there (see docs/deploy.md, object storage)"
+        )
+    finally:
+        files.object_store().delete_dir(files.key(probe))  # type: ignore[arg-type]
 
 
 def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
@@ -422,12 +488,16 @@ def newest_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
     return newest.to_arrow().cast(batch.schema)
 
 
-def _create_table_view(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Path]) -> None:
+def _create_table_view(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Location]) -> None:
     con.execute(f"CREATE VIEW {spec.name} AS SELECT * FROM {source_sql(con, spec, paths)}")
 
 
 def _create_rollup_view(
-    con: duckdb.DuckDBPyConnection, rollup: Rollup, stored: list[Path], hot: list[Path]
+    con: duckdb.DuckDBPyConnection,
+    rollup: Rollup,
+    stored: list[Location],
+    hot: list[Location],
+    home: Location,
 ) -> None:
     live = rollup.select.replace("FROM src", f"FROM {source_sql(con, table(rollup.source), hot)}")
     # Stored files all have the rollup's columns (this sing wrote them; the upgrade rewrote older
@@ -436,11 +506,14 @@ def _create_rollup_view(
     # comes from the path as in every Delta reader.
     if stored:
         by_name = ", union_by_name = true" if rollup.grows else ""
-        query = (
-            f"SELECT * FROM read_parquet({sql_list(stored)}, hive_partitioning = true, "
-            f"hive_types = {{'day': DATE}}{by_name}) "
-            f"UNION ALL BY NAME {live}"
+        found = parquet_sql(
+            con,
+            stored,
+            f"hive_partitioning = true, hive_types = {{'day': DATE}}{by_name}",
+            day_base=home,
+            unify=rollup.grows,
         )
+        query = f"SELECT * FROM {found} UNION ALL BY NAME {live}"
     else:
         query = live
     con.execute(f"CREATE VIEW {rollup.name} AS {query}")
