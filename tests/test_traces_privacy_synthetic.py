@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sing.cli import main
-from sing.traces import export
+from sing.traces import export, privacy
 from sing.traces.compare import evaluate
 from sing.traces.export import export_trace
 from sing.traces.linkage import public_view
@@ -79,3 +79,14 @@ def test_every_export_writes_its_privacy_report(history, tmp_path):
         assert f"| {attack['attack']} | {attack['users_linked']} of {attack['users']} " in section
     rows = [line for line in section.splitlines() if line.startswith("| 1 d | x2 |")]
     assert len(rows) == 1  # the finest precision, with its pools
+
+
+def test_a_large_release_is_attacked_on_a_sample_of_its_pseudonyms(history, monkeypatch):
+    """Past ASSESSED_JOBS the attacks run on the jobs of a keyed random share of the user
+    pseudonyms: about that many jobs, and the report says its rates are estimates."""
+    wh, public = history
+    monkeypatch.setattr(privacy, "ASSESSED_JOBS", 300)
+    report = evaluate(wh, SINCE, UNTIL, TraceSettings(), KEY, public=public).privacy
+    assert 200 <= report.assessed_jobs <= 400 and report.kept_jobs > 1000
+    assert all(a.jobs == report.assessed_jobs for a in report.attacks)
+    assert any("keyed random sample of the release" in line for line in report.lines())
