@@ -103,7 +103,7 @@ def job_host_node_sql(source: str = "job_host_usage") -> str:
     limit, I/O bytes of its cgroup there (from `job_host_usage` rows or a relation like it)."""
     return f"""
 SELECT cluster, job_id, node,
-       sum(samples) AS samples,
+       sum(samples) AS samples, max(last_ts) AS newest,
        {_counter_sql("first_cpu_s", "cpu_delta_sum_s", "cpu_max_s")} AS cpu_s,
        max(cpuset_cpus) AS cpuset_cpus,
        max(mem_peak_bytes) AS mem_peak_bytes,
@@ -121,8 +121,11 @@ JOB_HOST_NODE_SQL = job_host_node_sql()
 JOBS_COLUMNS = frozenset(TABLES["jobs"].schema.names)
 
 
-def job_host_sql(jobs_columns: Collection[str] = JOBS_COLUMNS) -> str:
-    """Per job: CPU and host memory over its nodes, against what it was allocated.
+def job_host_sql(
+    jobs_columns: Collection[str] = JOBS_COLUMNS, nodes: str = JOB_HOST_NODE_SQL
+) -> str:
+    """Per job: CPU and host memory over its nodes, against what it was allocated; `nodes`:
+    the per-node figures (JOB_HOST_NODE_SQL's columns; a policy rule's window gives its own).
 
     Allocated cores and requested memory come from the job record (`jobs.alloc_cpus`, the job's
     CPUs; `jobs.req_mem_bytes`, its memory over all its nodes: sacct's AllocCPUS and ReqMem)
@@ -149,7 +152,7 @@ WITH host AS (
            {all_nodes("h.mem_limit_bytes")}::BIGINT AS cgroup_mem_limit_bytes,
            {all_nodes("h.io_read_bytes")}::BIGINT AS io_read_bytes,
            {all_nodes("h.io_write_bytes")}::BIGINT AS io_write_bytes
-    FROM ({JOB_HOST_NODE_SQL}) h
+    FROM ({nodes}) h
     JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
     GROUP BY h.cluster, h.job_id
 ), figures AS (
@@ -502,3 +505,4 @@ def cluster_usage(
         """,
         params=params,
     ).pl()
+
