@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sing.cli.policy import verdict_reason
 from sing.config import ConfigError
 from sing.executors.local import LocalExecutor
 from sing.policy.evaluate import INCOMPLETE, OK, STALE, UNKNOWN, VIOLATING
@@ -161,3 +162,18 @@ def test_the_new_keys_are_checked():
     with pytest.raises(ConfigError, match="min_request_gib"):
         load_rules(settings({"m": {**MEMORY, "min_request_gib": "lots"}}))
     assert NOW.tzinfo is UTC
+
+
+def test_check_says_why_in_words(wh):
+    host_job(wh, "1", req_mem_bytes=64 * GIB, cgroup_nodes=(), **memory(4))  # no cgroups read
+    host_job(wh, "2", req_mem_bytes=64 * GIB, alloc_cpus=32, busy=2.0, **memory(4))
+    host_job(wh, "3", **memory(8))  # no request known
+    rules = {"mem": MEMORY, "cores": CORES}
+    decisions = engine(wh, settings(rules), _executor(wh), RecordingPostman()).decide(NOW)
+    said = {(d.rule.name, d.job["job_id"]): verdict_reason(d) for d in decisions}
+    assert said[("mem", "1")].startswith("no cgroup sample of the job in the rule's window")
+    assert said[("mem", "2")] == (
+        "peak host memory 4.0 GiB of 64.0 GiB requested; about 8 GiB per node would do"
+    )
+    assert said[("mem", "3")].startswith("requested or peak memory unknown")
+    assert said[("cores", "2")] == "2.0 of 32 CPU cores in use (6%) for 2 GPU(s)"

@@ -164,7 +164,7 @@ def _host_nodes_sql(since_start: bool) -> str:
 
 # A span's host figures per job (the job report's, over the span's per-node table), and the
 # samples and freshness the coverage rule reads; NULL in figures_sql without a host table.
-HOST_FIGURES = (
+JOB_HOST_FIGURES = (
     "cpu_core_s",
     "alloc_cores",
     "host_mem_peak_bytes",
@@ -172,15 +172,14 @@ HOST_FIGURES = (
     "host_mem_req_bytes",
     "node_mem_req_bytes",
     "suggested_mem_bytes",
-    "host_samples",
-    "host_last_heard",
 )
+HOST_FIGURES = (*JOB_HOST_FIGURES, "host_samples", "host_last_heard")
 
 
 def host_sql(nodes: str) -> str:
     """One row per job with host samples in the per-node table `nodes`: HOST_FIGURES."""
     return f"""
-SELECT f.cluster, f.job_id, {", ".join(f"f.{c}" for c in HOST_FIGURES[:-2])},
+SELECT f.cluster, f.job_id, {", ".join(f"f.{c}" for c in JOB_HOST_FIGURES)},
        n.host_samples, n.host_last_heard
 FROM ({job_host_sql(nodes=f"SELECT * FROM {nodes}")}) f
 JOIN (SELECT cluster, job_id, sum(samples) AS host_samples, min(newest) AS host_last_heard
@@ -409,14 +408,16 @@ def open_round(
             for rule in rules
         ]
         samples_from = min(starts, default=now).astimezone(UTC).date()
+        views = {
+            "gpu_samples": samples_from,
+            "rdma_samples": samples_from,
+            "policy_events": min(history_from, first_start.astimezone(UTC).date()),
+        }
+        if any(rule.kind in HOST_KINDS for rule in rules):  # a listing only where read
+            views["job_host_samples"] = samples_from
         live = warehouse.add_views(
             con,
-            {
-                "gpu_samples": samples_from,
-                "rdma_samples": samples_from,
-                "job_host_samples": samples_from,
-                "policy_events": min(history_from, first_start.astimezone(UTC).date()),
-            },
+            views,
             rollups=("job_rdma_usage",),  # the GPU figures' own view: `_earlier_days`
         )
         _earlier_days(warehouse, con, live["gpu_samples"], samples_from, now.astimezone(UTC).date())
