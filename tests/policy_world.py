@@ -10,6 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from sing.collector.convert import NodeReading
+from sing.collector.counters import CounterDeltas
+from sing.collector.rows import RoundRows
 from sing.executors.local import LocalExecutor
 from sing.policy.engine import Engine
 from sing.policy.messages import Delivery, Message
@@ -95,6 +98,42 @@ def add_samples(
     wh.append("gpu_samples", pa.Table.from_pylist(rows))
     if rdma:
         wh.append("rdma_samples", pa.Table.from_pylist(rdma))
+
+
+def collect(wh: Warehouse, readings: list[tuple[datetime, str, NodeReading]]) -> None:
+    """Nodes' readings (time, node, reading) through the collector's own rows, counter deltas
+    as the collector computes them, into the sample tables."""
+    deltas = CounterDeltas()
+    parts: dict[str, list[pa.Table]] = {}
+    for ts, node, reading in sorted(readings, key=lambda r: (r[0], r[1])):
+        rows = RoundRows(deltas)
+        rows.add_node(ts, "campus", node, reading)
+        for name, batch in rows.tables().items():
+            parts.setdefault(name, []).append(batch)
+    for name in ("gpu_samples", "rdma_samples", "job_host_samples"):
+        if name in parts:
+            wh.append(name, pa.concat_tables(parts[name]))
+
+
+def cgroup_readings(
+    job_id: str,
+    node: str,
+    start: datetime,
+    end: datetime,
+    busy: list[tuple[datetime, float]],
+    **values: int | None,
+) -> list[tuple[datetime, str, NodeReading]]:
+    """The job's cgroup on `node` every SAMPLE_S s in [start, end]: CPU seconds from zero at
+    `start`, `busy` cores in use from each (time, cores) on; `values` (cpuset_cpus,
+    mem_used_bytes, mem_peak_bytes, mem_limit_bytes) as read, None ones left out."""
+    readings, cpu_s, ts = [], 0.0, start
+    while ts <= end:
+        if ts > start:
+            cpu_s += SAMPLE_S * [cores for since, cores in busy if since < ts][-1]
+        host = {"cpu_s": cpu_s} | {k: v for k, v in values.items() if v is not None}
+        readings.append((ts, node, NodeReading(host={job_id: host})))
+        ts += timedelta(seconds=SAMPLE_S)
+    return readings
 
 
 def settings(rules: dict[str, dict[str, Any]], **fields: Any) -> PolicySettings:

@@ -29,6 +29,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("by-nodes", "jobs"),
         ("fairness", "users with jobs"),
         ("cluster", "cluster figures"),
+        ("rightsize", "jobs"),
     ],
 )
 def test_an_empty_window_says_so_with_the_jobs_there_are(
@@ -91,6 +92,7 @@ def test_jobs_list_by_user_and_since(root: Path) -> None:
     [
         ["report", "jobs", "--now", NOW],
         ["report", "usage", "--now", NOW],
+        ["report", "rightsize", "--now", NOW],
         ["jobs", "list"],
         ["policy", "log"],
         ["policy", "check"],

@@ -13,12 +13,12 @@ from sing.errors import UserError
 from sing.executors.base import make_executor
 from sing.policy import breaker
 from sing.policy.engine import Engine, Round
-from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING
+from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, UNKNOWN, VIOLATING
 from sing.policy.ladder import CHANGED, ENDED, Decision
 from sing.policy.postman import make_postman, unreached_owners
 from sing.policy.replay import hit_rows, replay, totals
 from sing.policy.reports import PERIODS, send_digests, send_job_end_reports
-from sing.policy.rules import load_rules
+from sing.policy.rules import EXCESS_MEMORY, HOST_KINDS, load_rules
 from sing.policy.settings import PolicySettings
 from sing.tables import Column, percent, print_json, render
 from sing.times import time_option
@@ -191,6 +191,11 @@ def cmd_replay(args: argparse.Namespace, config: Config) -> int:
     if result.unjudged:
         print("Verdicts the rules could not judge (nothing acts on them):")
         print(render(result.unjudged, UNJUDGED_TABLE))
+    if result.not_replayed:
+        print(
+            f"Not replayed: {', '.join(result.not_replayed)} (CPU and host memory rules: the "
+            "replay has no per-round cgroup figures yet; `sing policy check` judges them live)"
+        )
     return 0
 
 
@@ -328,20 +333,50 @@ def verdict_reason(d: Decision) -> str:
     """Why the rule judged the job so, in words: a stale or incomplete verdict is data sing
     lacks, not a job found fine, and a reader must see which."""
     e = d.evidence
+    host = d.rule.kind in HOST_KINDS  # judged on the cgroups' samples, one per node
     if d.verdict == STALE:
         heard = e.get("last_heard")
+        if heard is None and host:
+            return (
+                "no cgroup sample of the job in the rule's window: waits for data (does the "
+                "node's exporter read the jobs' cgroups?)"
+            )
         if heard is None:
             return "no GPU sample of the job in the rule's window: waits for data (collector?)"
         return (
-            f"a GPU last heard {heard:%Y-%m-%d %H:%M} UTC, over [policy] max_data_age_s ago: "
-            "waits for fresh data (is the collector running?)"
+            f"a {'node' if host else 'GPU'} last heard {heard:%Y-%m-%d %H:%M} UTC, over "
+            "[policy] max_data_age_s ago: waits for fresh data (is the collector running?)"
         )
     if d.verdict == INCOMPLETE:
         return (
             f"{e.get('coverage') or 0:.0%} of the expected samples, under [policy] "
             "min_coverage: waits for fuller data"
         )
+    if d.verdict == UNKNOWN:
+        if d.rule.kind == EXCESS_MEMORY:
+            return (
+                "requested or peak memory unknown (no ReqMem in the job's record nor a cgroup "
+                "memory limit, or a node without memory readings): not judged"
+            )
+        return (
+            "allocated cores or CPU time unknown (no AllocCPUS nor cpuset, or a node without "
+            "CPU readings): not judged"
+        )
+    if d.verdict == VIOLATING and d.rule.kind == EXCESS_MEMORY:
+        return (
+            f"peak host memory {e['host_mem_peak_bytes'] / GIB:.1f} GiB of "
+            f"{e['host_mem_req_bytes'] / GIB:.1f} GiB requested; about "
+            f"{e['suggested_mem_bytes'] / GIB:.0f} GiB per node would do"
+        )
+    if d.verdict == VIOLATING and host:
+        return (
+            f"{e['mean_cores_used']:.1f} of {e['alloc_cores']} CPU cores in use "
+            f"({e['cpu_efficiency']:.0%}) for {d.job['num_gpus']} GPU(s)"
+        )
     return VERDICT_REASONS.get(d.verdict, d.verdict)
+
+
+GIB = 2**30
 
 
 VERDICT_REASONS = {

@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("fairness", "GPU-hours per user vs equal share, Jain's index, queueing delay"),
         ("idle", "multi-node jobs holding GPUs they barely use, by wasted GPU-hours"),
         ("cluster", "GPU assignment rate and utilization over time"),
+        ("rightsize", "GPU-hours that fit a MIG slice, cores and memory held but unused"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--since", type=time_option, help="window start (ISO 8601, UTC)")
@@ -63,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.choices["idle"].add_argument("--min-nodes", type=int, default=2)
     sub.choices["idle"].add_argument("--running", action="store_true", help="only jobs running now")
     sub.choices["cluster"].add_argument("--bucket", choices=("hour", "day", "week"), default="day")
+    sub.choices["rightsize"].add_argument(
+        "--by", choices=analytics.RIGHTSIZE_GROUPS, default="user", help="one row per"
+    )
     add_usage(sub)
     add_statement(sub)
     add_workload(sub)
@@ -141,6 +145,11 @@ def run_report(args: argparse.Namespace, config: Config) -> tuple[pl.DataFrame, 
             needs=site_coverage(config),
             **window,
         )
+    elif args.report == "rightsize":
+        frame = analytics.rightsize(con, by=args.by, **window)
+        extra["mig_models"] = {
+            m: [n for n, _ in slices] for m, _, _, slices in analytics.MIG_MODELS
+        }
     else:
         frame = analytics.cluster_usage(con, bucket=args.bucket, **window)
     newest = NEWEST_FIRST.get(args.report)
@@ -159,6 +168,7 @@ REPORT_NOUNS = {
     "fairness": "users with jobs",
     "idle": "idle multi-node jobs",
     "cluster": "cluster figures",
+    "rightsize": "jobs",
 }
 
 
@@ -200,6 +210,8 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         print(nothing_found(args, config, extra["window"]))
         return 0
     columns = list(REPORT_COLUMNS[args.report])
+    if args.report == "rightsize":
+        columns.insert(0, Column(args.by, args.by))
     if "cluster" in frame.columns and frame["cluster"].n_unique() > 1:
         columns.insert(0, Column("cluster", "cluster"))  # job ids repeat across clusters
     print(render_table(frame.to_dicts(), columns))
@@ -207,6 +219,8 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         print(f"Jain's fairness index {extra['jain_index']:.3f} (1 = every user the same share)")
     for line in explain_unknown(frame) + explain_partial(frame, site_coverage(config)):
         print(line)
+    if args.report == "rightsize":
+        print(RIGHTSIZE_NOTE)
     return 0
 
 
@@ -271,6 +285,19 @@ REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("low_rdma", "low RDMA"),
         Column("nodes", "node list", width=32),
     ),
+    "rightsize": (  # the row's user or account goes first (--by)
+        Column("jobs", "jobs"),
+        Column("gpu_hours", GPU_H, digits=1),
+        Column("fit_1g_gpu_hours", f"1g-fit {GPU_H}", digits=1, missing="-"),
+        Column("fit_2g_gpu_hours", f"2g-fit {GPU_H}", digits=1, missing="-"),
+        Column("fit_3g_gpu_hours", f"3g-fit {GPU_H}", digits=1, missing="-"),
+        Column("mig_unjudged_gpu_hours", f"1-GPU not judged {GPU_H}", digits=1),
+        Column("host_jobs", "host jobs"),
+        Column("core_hours", "core-h", digits=1, missing="-"),
+        Column("unused_core_hours", "unused core-h", digits=1, missing="-"),
+        Column("mem_gib_hours", "mem GiB-h", digits=1, missing="-"),
+        Column("unused_mem_gib_hours", "unused mem GiB-h", digits=1, missing="-"),
+    ),
     "cluster": (
         Column("bucket", "from (UTC)"),
         Column("bucket_hours", "span h", digits=1),
@@ -281,6 +308,16 @@ REPORT_COLUMNS: dict[str, tuple[Column, ...]] = {
         percent("sampled_assignment", "assigned (samples)"),
     ),
 }
+
+
+RIGHTSIZE_NOTE = (
+    "MIG: single-GPU jobs whose peak GPU memory and mean SM activity fit the smallest 1g, 2g or "
+    "3g slice (1/7, 2/7, 3/7 of the SMs) of their model; slices are known for "
+    f"{', '.join(m[0] for m in analytics.MIG_MODELS)} (NVIDIA's MIG User Guide). '-': no "
+    "single-GPU job of the row on those models with GPU memory and SM activity samples (the "
+    "'not judged' column). Cores and memory: jobs whose cgroups were read (host jobs), their "
+    "allocation times (1 - CPU efficiency) and request - peak, hours inside the window."
+)
 
 
 def explain_unknown(frame: pl.DataFrame) -> list[str]:

@@ -299,6 +299,7 @@ class Engine:
                 "name": d.rule.name,
                 "kind": d.rule.kind,
                 "description": d.rule.says(),
+                "holds": d.rule.holds(),
                 "threshold": d.rule.threshold,
                 "minutes": d.rule.minutes,
             },

@@ -5,7 +5,8 @@ window (or the earliest running job's start, for since-start rules) on, through
 `Warehouse.connect(days_from=...)`. Today's raw `gpu_samples` are read in one pass that serves
 both the sliding windows starting today and the since-start figures; earlier days come from
 their stored rollups (`job_gpu_usage`, only the columns a verdict reads). RDMA figures read
-`rdma_samples` (sliding) and `job_rdma_usage` (since start). Verdicts and exemptions are SQL too,
+`rdma_samples` (sliding) and `job_rdma_usage` (since start); the host kinds' CPU and memory read
+`job_host_samples` through the job report's own `job_host_sql`. Verdicts and exemptions are SQL too,
 so a round hands Python only the jobs that need a decision.
 """
 
@@ -21,6 +22,9 @@ import duckdb
 
 from sing.jobids import job_order_sql
 from sing.policy.rules import (
+    EXCESS_CORES_PER_GPU,
+    EXCESS_MEMORY,
+    HOST_KINDS,
     IDLE_GPUS,
     MULTINODE_IDLE,
     SINCE_START,
@@ -29,7 +33,7 @@ from sing.policy.rules import (
     Rule,
 )
 from sing.schema import table
-from sing.warehouse.analytics import HOME_CLUSTER
+from sing.warehouse.analytics import HOME_CLUSTER, job_host_node_sql, job_host_sql
 from sing.warehouse.coverage import coverage_sql
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.rollups import IDLE_SAMPLE_UTIL, ROLLUPS
@@ -38,6 +42,8 @@ from sing.warehouse.store import Warehouse
 
 VIOLATING, OK, EXEMPT, STALE = "violating", "ok", "exempt", "stale"
 INCOMPLETE = "incomplete"  # coverage under [policy] min_coverage (sing/warehouse/coverage.py)
+UNKNOWN = "unknown"  # a host kind's job whose request (or CPU time) is not known: not judged
+GIB = 2**30
 
 # Jobs holding resources now: the newest record of each job has no end.
 RUNNING_SQL = """
@@ -135,14 +141,66 @@ def _rdma_sql(since_start: bool) -> str:
         GROUP BY ALL"""
 
 
-def figures_sql(gpu: str, rdma: str, step: str | None = None) -> str:
+def _host_nodes_sql(since_start: bool) -> str:
+    """Per running job and node: its cgroup's figures over the span, in `job_host_node_sql`'s
+    columns. Since the start: the job report's counting over the run's samples. A sliding
+    window: the CPU seconds of the deltas inside it. Memory is the kernel's peak since the
+    cgroup was made where it keeps one, so a window never reads less than the job used."""
+    samples = f"""(SELECT s.* REPLACE (coalesce(s.cluster, {HOME_CLUSTER}) AS cluster)
+        FROM job_host_samples s WHERE s.ts <= $now AND s.job_id IN (SELECT job_id FROM running))"""
+    if since_start:
+        run = f"""(SELECT s.* FROM {samples} s JOIN running r
+            ON r.cluster = s.cluster AND r.job_id = s.job_id WHERE s.ts >= r.start_time)"""
+        per_day = ROLLUPS["job_host_usage"].select.replace("FROM src", f"FROM {run}")
+        return job_host_node_sql(f"({per_day})")
+    return f"""
+        SELECT cluster, job_id, node, count(*) AS samples, max(ts) AS newest,
+               sum(cpu_delta_s) AS cpu_s, max(cpuset_cpus) AS cpuset_cpus,
+               max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
+               max(mem_limit_bytes) AS mem_limit_bytes,
+               NULL::BIGINT AS io_read_bytes, NULL::BIGINT AS io_write_bytes
+        FROM {samples} WHERE ts > $window_from GROUP BY ALL"""
+
+
+# A span's host figures per job (the job report's, over the span's per-node table), and the
+# samples and freshness the coverage rule reads; NULL in figures_sql without a host table.
+JOB_HOST_FIGURES = (
+    "cpu_core_s",
+    "alloc_cores",
+    "host_mem_peak_bytes",
+    "node_mem_peak_bytes",
+    "host_mem_req_bytes",
+    "node_mem_req_bytes",
+    "suggested_mem_bytes",
+)
+HOST_FIGURES = (*JOB_HOST_FIGURES, "host_samples", "host_last_heard")
+
+
+def host_sql(nodes: str) -> str:
+    """One row per job with host samples in the per-node table `nodes`: HOST_FIGURES."""
+    return f"""
+SELECT f.cluster, f.job_id, {", ".join(f"f.{c}" for c in JOB_HOST_FIGURES)},
+       n.host_samples, n.host_last_heard
+FROM ({job_host_sql(nodes=f"SELECT * FROM {nodes}")}) f
+JOIN (SELECT cluster, job_id, sum(samples) AS host_samples, min(newest) AS host_last_heard
+      FROM {nodes} GROUP BY ALL) n ON n.cluster = f.cluster AND n.job_id = f.job_id"""
+
+
+def figures_sql(gpu: str, rdma: str, step: str | None = None, host: str | None = None) -> str:
     """One row per running job: its record and its figures over a span, from the span's
     per-GPU table `gpu` and per-job RDMA table `rdma`. `step`: the column of `running`, `gpu`
     and `rdma` holding each row's evaluation time, so one query judges many rounds (the
-    replay's); None: one round at `$now`."""
+    replay's); None: one round at `$now`. `host`: the span's per-job HOST_FIGURES (None:
+    NULL, for the rules that do not read them)."""
     keys = "cluster, job_id" + (f", {step}" if step else "")
     same_step = f"AND {{t}}.{step} = r.{step}" if step else ""
     now = f"r.{step}" if step else "$now"
+    if host is None:
+        host_columns = ", ".join(f"NULL AS {c}" for c in HOST_FIGURES)
+        host_join = ""
+    else:
+        host_columns = ", ".join(f"h.{c}" for c in HOST_FIGURES)
+        host_join = f"LEFT JOIN {host} h ON h.cluster = r.cluster AND h.job_id = r.job_id"
     return f"""
 WITH per_node AS (
     SELECT {keys}, node, bool_and(mean_util < $threshold) AS idle
@@ -166,11 +224,13 @@ nodes AS (
 SELECT r.*, epoch({now} - r.start_time) AS run_s,
        p.gpus_sampled, p.idle_gpus, p.gpus_never_used, p.mean_util, p.idle_share,
        p.samples, p.newest_sample, p.last_heard,
-       n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes, d.nodes AS rdma_nodes
+       n.nodes_sampled, n.idle_nodes, d.bytes AS rdma_bytes, d.nodes AS rdma_nodes,
+       {host_columns}
 FROM running r
 LEFT JOIN per_job p ON p.cluster = r.cluster AND p.job_id = r.job_id {same_step.format(t="p")}
 LEFT JOIN nodes n ON n.cluster = r.cluster AND n.job_id = r.job_id {same_step.format(t="n")}
 LEFT JOIN {rdma} d ON d.cluster = r.cluster AND d.job_id = r.job_id {same_step.format(t="d")}
+{host_join}
 ORDER BY {job_order_sql("r.job_id")}, r.cluster
 """
 
@@ -214,6 +274,24 @@ EVIDENCE = (
     "samples",
     "coverage",  # of the samples expected for the allocated GPUs (sing/warehouse/coverage.py)
 )
+# The host kinds' figures besides (over the rule's span; the memory suggestion is the job
+# report's: the largest node's peak and a quarter, up to a power of two GiB).
+HOST_EVIDENCE = (
+    "cpu_efficiency",
+    "mean_cores_used",
+    "alloc_cores",
+    "host_mem_peak_bytes",
+    "host_mem_req_bytes",
+    "node_mem_peak_bytes",
+    "node_mem_req_bytes",
+    "suggested_mem_bytes",
+)
+
+
+def evidence_of(rule: Rule, job: dict[str, Any]) -> dict[str, Any]:
+    """The figures a verdict of `rule` rests on, from its `verdict_sql` row."""
+    keys = EVIDENCE + HOST_EVIDENCE if rule.kind in HOST_KINDS else EVIDENCE
+    return {k: job[k] for k in keys}
 
 
 def verdict_sql(figures: str, now: str = "$now") -> str:
@@ -222,23 +300,28 @@ def verdict_sql(figures: str, now: str = "$now") -> str:
     Fail closed: a GPU the span has no sample of never counts as idle or unused (the rules
     compare against the GPUs and nodes *allocated*), a job whose least recently heard GPU is
     older than `$max_age_s` is stale, and one whose coverage is under `$min_coverage` is
-    incomplete; neither is ever fine or violating.
+    incomplete; neither is ever fine or violating. The host kinds (`$host`) ask the same of
+    the job's cgroup samples (one per node per interval), and a job whose request or CPU time
+    they cannot know is `unknown`, never judged.
 
     `$remembered_only`: leave out the jobs the rule finds fine unless the trail remembers the
     (job, rule): a round needs no word about them, `check` lists them all. `now`: the
     evaluation time, a parameter or a column of the figures (`figures_sql`'s `step`)."""
-    coverage = coverage_sql("samples", "num_gpus", "span_hours * 3600", "$interval_s::DOUBLE")
+    units = "CASE WHEN $host THEN nodes_held ELSE num_gpus END"  # what gives one sample each
+    coverage = coverage_sql("samples", units, "span_hours * 3600", "$interval_s::DOUBLE")
     return f"""
 WITH figures AS ({figures}),
 evidence AS (
-    SELECT *,
+    SELECT * REPLACE (CASE WHEN $host THEN host_last_heard ELSE last_heard END AS last_heard,
+                      CASE WHEN $host THEN host_samples ELSE samples END AS samples),
            coalesce(gpus_sampled, 0) AS gpus_n, coalesce(idle_gpus, 0) AS idle_n,
            coalesce(gpus_never_used, 0) AS never_n, coalesce(nodes_sampled, 0) AS nodes_n,
            coalesce(idle_nodes, 0) AS idle_nodes_n, coalesce(num_nodes, 1) AS nodes_held,
            CASE WHEN $span_h::DOUBLE IS NULL THEN run_s / 3600
                 ELSE least($span_h::DOUBLE, run_s / 3600) END AS span_hours
     FROM figures
-    WHERE num_gpus > 0 AND (NOT $multinode OR coalesce(num_nodes, 1) >= 2)
+    WHERE (num_gpus > 0 OR $kind = '{EXCESS_MEMORY}')
+      AND (NOT $multinode OR coalesce(num_nodes, 1) >= 2)
 ),
 judged AS (
     SELECT *,
@@ -246,7 +329,9 @@ judged AS (
            -- per node-hour over the nodes held, only when every node was heard from
            CASE WHEN rdma_bytes IS NOT NULL AND span_hours <> 0
                      AND coalesce(rdma_nodes, 0) >= nodes_held
-                THEN rdma_bytes / (nodes_held * span_hours) END AS rdma_bph
+                THEN rdma_bytes / (nodes_held * span_hours) END AS rdma_bph,
+           cpu_core_s / nullif(alloc_cores * span_hours * 3600, 0) AS cpu_efficiency,
+           cpu_core_s / nullif(span_hours * 3600, 0) AS mean_cores_used
     FROM evidence
 ),
 verdicts AS (
@@ -265,12 +350,22 @@ verdicts AS (
                THEN '{STALE}'
            WHEN coverage < $min_coverage THEN '{INCOMPLETE}'
            WHEN CASE $kind
+                WHEN '{EXCESS_MEMORY}' THEN host_mem_req_bytes IS NULL
+                                            OR host_mem_peak_bytes IS NULL
+                WHEN '{EXCESS_CORES_PER_GPU}' THEN alloc_cores IS NULL OR cpu_core_s IS NULL
+                ELSE false END
+               THEN '{UNKNOWN}'
+           WHEN CASE $kind
                 WHEN '{IDLE_GPUS}' THEN CASE WHEN $share::DOUBLE IS NULL THEN idle_n >= num_gpus
                                              ELSE idle_n > $share::DOUBLE * num_gpus END
                 WHEN '{UNTOUCHED_GPUS}' THEN never_n > coalesce($share::DOUBLE, 0.0) * num_gpus
                 WHEN '{MULTINODE_IDLE}' THEN
                     idle_nodes_n > coalesce($share::DOUBLE, 0.0) * nodes_held
                     OR (rdma_bph IS NOT NULL AND rdma_bph < $min_rdma)
+                WHEN '{EXCESS_MEMORY}' THEN host_mem_req_bytes >= $min_request_bytes
+                    AND host_mem_peak_bytes < $request_share * host_mem_req_bytes
+                WHEN '{EXCESS_CORES_PER_GPU}' THEN alloc_cores > $max_cores_per_gpu * num_gpus
+                    AND cpu_efficiency < $request_share
                 -- under_request: utilisation, or the share of the requested GPUs doing anything
                 -- (a GPU without samples counts as doing something: no evidence of waste)
                 ELSE coalesce(mean_util, 0.0) < $request_share
@@ -313,13 +408,16 @@ def open_round(
             for rule in rules
         ]
         samples_from = min(starts, default=now).astimezone(UTC).date()
+        views = {
+            "gpu_samples": samples_from,
+            "rdma_samples": samples_from,
+            "policy_events": min(history_from, first_start.astimezone(UTC).date()),
+        }
+        if any(rule.kind in HOST_KINDS for rule in rules):  # a listing only where read
+            views["job_host_samples"] = samples_from
         live = warehouse.add_views(
             con,
-            {
-                "gpu_samples": samples_from,
-                "rdma_samples": samples_from,
-                "policy_events": min(history_from, first_start.astimezone(UTC).date()),
-            },
+            views,
             rollups=("job_rdma_usage",),  # the GPU figures' own view: `_earlier_days`
         )
         _earlier_days(warehouse, con, live["gpu_samples"], samples_from, now.astimezone(UTC).date())
@@ -352,7 +450,8 @@ class Evaluator:
         starts = {rule.window_start(now) for rule in rules if not _since_start(rule)}
         self.windows = sorted(start for start in starts if start >= self.today)
         self._spans: dict[datetime | None, tuple[str, str]] = {}
-        self._figure_tables: dict[tuple[datetime | None, float], str] = {}
+        self._figure_tables: dict[tuple[datetime | None, float, bool], str] = {}
+        self._hosts: dict[datetime | None, str] = {}
         self._today_pass: str | None = None
         con.execute(f"CREATE TEMP TABLE running AS {RUNNING_SQL}", {"now": now})
         # (job, rule) pairs the trail remembers: their ladders may need a step while fine
@@ -370,7 +469,7 @@ class Evaluator:
         rel = self.con.sql(sql, params=self._params(rule, remembered_only))
         verdicts = []
         for job in rel.to_arrow_table().to_pylist():
-            evidence = {k: job[k] for k in EVIDENCE}
+            evidence = evidence_of(rule, job)
             verdicts.append(Verdict(rule, job, job.pop("outcome"), evidence))
         return verdicts
 
@@ -393,14 +492,28 @@ class Evaluator:
     def _figures(self, window_from: datetime | None, rule: Rule) -> str:
         """Temp table of the running jobs' figures from `window_from` (None: each job's start)
         under the rule's threshold, made once for the rules that share both."""
-        key = (window_from, rule.threshold)
+        host = rule.kind in HOST_KINDS
+        key = (window_from, rule.threshold, host)
         if key not in self._figure_tables:
             name = f"figures_{len(self._figure_tables)}"
             gpu, rdma = self._span(window_from)
+            sql = figures_sql(gpu, rdma, host=self._host(window_from) if host else None)
             params = {"now": self.now, "threshold": rule.threshold}
-            self.con.execute(f"CREATE TEMP TABLE {name} AS {figures_sql(gpu, rdma)}", params)
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
             self._figure_tables[key] = name
         return self._figure_tables[key]
+
+    def _host(self, window_from: datetime | None) -> str:
+        """Temp table of the running jobs' HOST_FIGURES from `window_from` (None: each job's
+        start) to now, made once for the host rules that share the span."""
+        if window_from not in self._hosts:
+            nodes, name = f"host_nodes_{len(self._hosts)}", f"host_{len(self._hosts)}"
+            since_start = window_from is None
+            params = {"now": self.now} | ({} if since_start else {"window_from": window_from})
+            self.con.execute(f"CREATE TEMP TABLE {nodes} AS {_host_nodes_sql(since_start)}", params)
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {host_sql(nodes)}", {"now": self.now})
+            self._hosts[window_from] = name
+        return self._hosts[window_from]
 
     def _span(self, window_from: datetime | None) -> tuple[str, str]:
         """Temp tables of per-GPU and per-job RDMA figures from `window_from` (None: each
@@ -461,6 +574,9 @@ def rule_params(
         "share": rule.idle_gpu_share,
         "min_rdma": rule.min_rdma_bytes_per_node_hour,
         "request_share": rule.request_share,
+        "host": rule.kind in HOST_KINDS,
+        "min_request_bytes": rule.min_request_gib * GIB,
+        "max_cores_per_gpu": rule.max_cores_per_gpu,
         "exempt_users": rule.exempt_users,
         "exempt_accounts": rule.exempt_accounts,
         "exempt_partitions": rule.exempt_partitions,

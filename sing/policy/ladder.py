@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from sing.config import ConfigError
-from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, VIOLATING, Verdict
+from sing.policy.evaluate import EXEMPT, INCOMPLETE, OK, STALE, UNKNOWN, VIOLATING, Verdict
 from sing.policy.messages import CANCELLED, NOTIFY, WARN
 from sing.policy.rules import Rule
 from sing.policy.settings import PolicySettings
@@ -223,7 +223,7 @@ class Ladder:
         if outcome == EXEMPT:
             action = LEFT_ALONE if ep.active else WAIT
             return Decision(**base, verdict=EXEMPT, evaluation=evaluation, action=action)
-        if outcome in (STALE, INCOMPLETE):  # no verdict on old or partial data: wait
+        if outcome in (STALE, INCOMPLETE, UNKNOWN):  # no verdict on old, partial, unknown data
             return Decision(**base, verdict=outcome, evaluation=evaluation)
         return self._climb(base | {"verdict": VIOLATING, "evaluation": evaluation}, ep)
 

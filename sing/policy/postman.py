@@ -67,7 +67,9 @@ class Templates:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(pct=_pct, hours=_hours, gb=_gb, local=lambda t: _local(t, tz))
+        self.env.filters.update(
+            pct=_pct, hours=_hours, gb=_gb, gib=_gib, local=lambda t: _local(t, tz)
+        )
 
     def render(self, message: Message) -> Rendered:
         """Subject, text and (where a template exists) HTML of `message`; raises Jinja's errors."""
@@ -238,6 +240,11 @@ def _hours(seconds: float | None) -> str:
 
 def _gb(value: float | None) -> str:
     return "unknown" if value is None else f"{value / 1e9:.2f} GB"
+
+
+def _gib(value: float | None) -> str:
+    """Host memory as `sing job` and `--mem` count it (binary units)."""
+    return "unknown" if value is None else f"{value / 2**30:.1f} GiB"
 
 
 def _local(moment: datetime | None, tz: ZoneInfo) -> str:

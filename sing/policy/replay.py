@@ -42,7 +42,7 @@ from sing.policy.evaluate import (
 )
 from sing.policy.ladder import CANCEL, HELD, LEFT_ALONE, Decision, Episode, Ladder, QuietHours
 from sing.policy.messages import CANCELLED, NOTIFY, WARN
-from sing.policy.rules import SINCE_START, UNTOUCHED_GPUS, Rule
+from sing.policy.rules import HOST_KINDS, SINCE_START, UNTOUCHED_GPUS, Rule
 from sing.policy.settings import PolicySettings
 from sing.warehouse.analytics import HOME_CLUSTER
 from sing.warehouse.store import Warehouse
@@ -105,6 +105,8 @@ class Replay:
     messages: list[dict[str, Any]] = field(default_factory=list)
     # (job, step) verdicts nothing could act on: per (cluster, job, rule, outcome) the steps
     unjudged: list[dict[str, Any]] = field(default_factory=list)
+    # rules of the host kinds: the replay has no per-step cgroup figures yet
+    not_replayed: list[str] = field(default_factory=list)
 
 
 def replay(
@@ -119,7 +121,8 @@ def replay(
     interval = int(settings.interval_s) or 300
     steps = int((until - since).total_seconds() // interval)
     result = Replay(since, until, steps)
-    rules = [replace(rule, dry_run=False) for rule in rules]
+    result.not_replayed = [rule.name for rule in rules if rule.kind in HOST_KINDS]
+    rules = [replace(rule, dry_run=False) for rule in rules if rule.kind not in HOST_KINDS]
     if steps <= 0 or not rules:
         return result
     needs = DataNeeds(settings.max_data_age_s, settings.min_coverage, sample_interval_s)
@@ -416,6 +419,7 @@ def totals(result: Replay) -> dict[str, Any]:
         "gpu_hours_freed": sum(h.gpu_hours_freed for h in result.hits),
         "stale_verdicts": unjudged[STALE],
         "incomplete_verdicts": unjudged[INCOMPLETE],
+        "not_replayed": result.not_replayed,
     }
 
 

@@ -14,6 +14,11 @@ Kinds:
   level (more of them than `idle_gpu_share`, by default any).
 - under_request: a job running `min_run_hours` or longer whose mean utilisation, or share of
   GPUs in use, is under `request_share` of what it asked for.
+- excess_memory: a job that asked for `min_request_gib` or more of host memory and whose peak
+  (its cgroups', summed over its nodes) stays under `request_share` of it over the window.
+- excess_cores_per_gpu: a GPU job holding more than `max_cores_per_gpu` CPU cores per GPU whose
+  CPU efficiency over the window is under `request_share`: idle cores the node's other GPUs lack.
+The last two read the jobs' cgroups (`job_host_samples`, HOST_KINDS), not their GPUs.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from sing.policy.settings import PolicySettings
 
 IDLE_GPUS, MULTINODE_IDLE = "idle_gpus", "multinode_idle"
 UNTOUCHED_GPUS, UNDER_REQUEST = "untouched_gpus", "under_request"
-KINDS = (IDLE_GPUS, MULTINODE_IDLE, UNTOUCHED_GPUS, UNDER_REQUEST)
+EXCESS_MEMORY, EXCESS_CORES_PER_GPU = "excess_memory", "excess_cores_per_gpu"
+HOST_KINDS = (EXCESS_MEMORY, EXCESS_CORES_PER_GPU)  # judged on the cgroups' samples
+KINDS = (IDLE_GPUS, MULTINODE_IDLE, UNTOUCHED_GPUS, UNDER_REQUEST, *HOST_KINDS)
 SLIDING, SINCE_START = "sliding", "since_start"
 LADDER = ("notify", "warn", "cancel")  # the order a ladder climbs
 
@@ -46,7 +53,9 @@ class Rule:
     idle_gpu_share: float | None = None  # share of GPUs (nodes) that may idle; None = kind's
     min_rdma_bytes_per_node_hour: float = 1e9  # multinode_idle
     min_run_hours: float = 4.0  # under_request
-    request_share: float = 0.25  # under_request: used share of the request under this
+    request_share: float = 0.25  # under_request, HOST_KINDS: used share of the request under this
+    min_request_gib: float = 32.0  # excess_memory: smaller requests are not worth a message
+    max_cores_per_gpu: float = 8.0  # excess_cores_per_gpu: the site's cores per GPU
     exempt_users: list[str] = field(default_factory=list)
     exempt_accounts: list[str] = field(default_factory=list)
     exempt_partitions: list[str] = field(default_factory=list)
@@ -67,13 +76,22 @@ class Rule:
         """What the rule looks for, in the words of its messages."""
         return self.description or _SAYS[self.kind].format(rule=self)
 
+    def holds(self) -> str:
+        """What the job holds that others need, as the messages name it."""
+        return _HOLDS.get(self.kind, "GPUs")
+
 
 _SAYS = {
     IDLE_GPUS: "GPUs under {rule.threshold:.0%} utilisation for {rule.minutes:g} minutes",
     MULTINODE_IDLE: "a multi-node job whose nodes idle or barely talk to each other",
     UNTOUCHED_GPUS: "GPUs held that have not been used since the job started",
     UNDER_REQUEST: "a long job using under {rule.request_share:.0%} of what it requested",
+    EXCESS_MEMORY: "a job whose peak host memory stays under {rule.request_share:.0%} of the "
+    "memory it requested",
+    EXCESS_CORES_PER_GPU: "a GPU job holding more than {rule.max_cores_per_gpu:g} CPU cores per "
+    "GPU and using under {rule.request_share:.0%} of them",
 }
+_HOLDS = {EXCESS_MEMORY: "memory", EXCESS_CORES_PER_GPU: "CPU cores"}
 
 
 def load_rules(settings: PolicySettings, where: str = "[policy.rules]") -> list[Rule]:
@@ -112,6 +130,8 @@ def _check(rule: Rule, where: str) -> None:
         "min_run_hours": rule.min_run_hours,
         "min_rdma_bytes_per_node_hour": rule.min_rdma_bytes_per_node_hour,
         "exempt_interactive_hours": rule.exempt_interactive_hours,
+        "min_request_gib": rule.min_request_gib,
+        "max_cores_per_gpu": rule.max_cores_per_gpu,
     }
     for key, value in positive.items():
         if value < 0:

@@ -103,7 +103,7 @@ def job_host_node_sql(source: str = "job_host_usage") -> str:
     limit, I/O bytes of its cgroup there (from `job_host_usage` rows or a relation like it)."""
     return f"""
 SELECT cluster, job_id, node,
-       sum(samples) AS samples,
+       sum(samples) AS samples, max(last_ts) AS newest,
        {_counter_sql("first_cpu_s", "cpu_delta_sum_s", "cpu_max_s")} AS cpu_s,
        max(cpuset_cpus) AS cpuset_cpus,
        max(mem_peak_bytes) AS mem_peak_bytes,
@@ -121,8 +121,11 @@ JOB_HOST_NODE_SQL = job_host_node_sql()
 JOBS_COLUMNS = frozenset(TABLES["jobs"].schema.names)
 
 
-def job_host_sql(jobs_columns: Collection[str] = JOBS_COLUMNS) -> str:
-    """Per job: CPU and host memory over its nodes, against what it was allocated.
+def job_host_sql(
+    jobs_columns: Collection[str] = JOBS_COLUMNS, nodes: str = JOB_HOST_NODE_SQL
+) -> str:
+    """Per job: CPU and host memory over its nodes, against what it was allocated; `nodes`:
+    the per-node figures (JOB_HOST_NODE_SQL's columns; a policy rule's window gives its own).
 
     Allocated cores and requested memory come from the job record (`jobs.alloc_cpus`, the job's
     CPUs; `jobs.req_mem_bytes`, its memory over all its nodes: sacct's AllocCPUS and ReqMem)
@@ -149,7 +152,7 @@ WITH host AS (
            {all_nodes("h.mem_limit_bytes")}::BIGINT AS cgroup_mem_limit_bytes,
            {all_nodes("h.io_read_bytes")}::BIGINT AS io_read_bytes,
            {all_nodes("h.io_write_bytes")}::BIGINT AS io_write_bytes
-    FROM ({JOB_HOST_NODE_SQL}) h
+    FROM ({nodes}) h
     JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
     GROUP BY h.cluster, h.job_id
 ), figures AS (
@@ -499,6 +502,105 @@ def cluster_usage(
                util, sampled_assignment
         FROM rows
         ORDER BY bucket
+        """,
+        params=params,
+    ).pl()
+
+
+# NVIDIA's MIG profiles (MIG User Guide, "Supported MIG Profiles") of the models sing knows:
+# (model, name in the inventory's gpu_model, the card's memory range as NVML reports it in GiB,
+# its 1g, 2g, 3g slices). A slice has 1/7, 2/7, 3/7 of the SMs and 1/8, 2/8, 4/8 of the
+# memory; its bytes are that share of the card's nominal GB (the profile's name: 1g.10gb).
+MIG_MODELS = (
+    ("A100-40GB", "A100", (30, 50), (("1g.5gb", 5e9), ("2g.10gb", 10e9), ("3g.20gb", 20e9))),
+    ("A100-80GB", "A100", (70, 90), (("1g.10gb", 10e9), ("2g.20gb", 20e9), ("3g.40gb", 40e9))),
+    ("H100-80GB", "H100", (70, 90), (("1g.10gb", 10e9), ("2g.20gb", 20e9), ("3g.40gb", 40e9))),
+    ("H200-141GB", "H200", (120, 160),
+     (("1g.18gb", 141e9 / 8), ("2g.35gb", 141e9 / 4), ("3g.71gb", 141e9 / 2))),
+)  # fmt: skip
+MIG_SLICES = ("1g", "2g", "3g")  # compute: 1/7, 2/7, 3/7 of the SMs
+GIB = 2**30
+
+
+def _mig_values() -> str:
+    """MIG_MODELS as SQL rows (model, family, min and max card bytes, rank, memory, SM share)."""
+    return ", ".join(
+        f"('{model}', '{family}', {low * GIB}, {high * GIB}, {rank}, {memory}, {rank / 7})"
+        for model, family, (low, high), slices in MIG_MODELS
+        for rank, (_, memory) in enumerate(slices, start=1)
+    )
+
+
+RIGHTSIZE_GROUPS = ("user", "account")
+
+
+def rightsize(
+    con: duckdb.DuckDBPyConnection,
+    by: str = "user",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Per user (or account), what its jobs in the window held and did not need, in hours
+    inside the window: single-GPU GPU-hours whose peak GPU memory and mean SM activity would
+    have fit a 1g, 2g or 3g MIG slice of their GPU model (the smallest that fits; NULL where
+    the group ran no such job on a model of MIG_MODELS with both figures known), and the
+    core-hours and GiB-hours of host memory allocated but unused (each job's CPU efficiency
+    and peak over its life, from its cgroups: jobs without them count nowhere)."""
+    if by not in RIGHTSIZE_GROUPS:
+        raise ValueError(f"by must be one of {RIGHTSIZE_GROUPS}")
+    params = _window(since, until, now) | {"idle_sample": IDLE_SAMPLE_UTIL}
+    hours = (
+        "epoch(least(coalesce(u.end_time, $now), $until) - greatest(u.start_time, $since)) / 3600"
+    )
+    fits = ",\n".join(
+        f"""CASE WHEN count(*) FILTER (WHERE judged) > 0
+             THEN coalesce(sum(hours) FILTER (WHERE fit_rank = {rank}), 0) END
+             AS fit_{name}_gpu_hours"""
+        for rank, name in enumerate(MIG_SLICES, start=1)
+    )
+    return con.sql(
+        f"""
+        WITH slices(model, family, min_bytes, max_bytes, rank, mem_bytes, sm_share) AS (
+            VALUES {_mig_values()}
+        ),
+        usage AS ({JOB_USAGE_SQL}),
+        jobs_in AS (
+            SELECT u.cluster, u.job_id, u."user", u.account, u.num_gpus, {hours} AS hours,
+                   u.peak_mem_bytes, u.mean_sm_active, h.alloc_cores, h.cpu_efficiency,
+                   h.host_mem_req_bytes, h.host_mem_peak_bytes,
+                   (SELECT min(model) FROM slices s
+                    WHERE upper(m.gpu_model) LIKE '%' || s.family || '%'
+                      AND coalesce(m.gpu_memory_bytes, u.gpu_mem_bytes) >= s.min_bytes
+                      AND coalesce(m.gpu_memory_bytes, u.gpu_mem_bytes) < s.max_bytes)
+                       AS mig_model
+            FROM usage u
+            JOIN jobs j ON j.cluster = u.cluster AND j.job_id = u.job_id
+            {first_node_version_join("j")}
+            LEFT JOIN ({JOB_HOST_SQL}) h ON h.cluster = u.cluster AND h.job_id = u.job_id
+        ),
+        judged AS (
+            SELECT *, num_gpus = 1 AND mig_model IS NOT NULL AND peak_mem_bytes IS NOT NULL
+                      AND mean_sm_active IS NOT NULL AS judged,
+                   (SELECT min(rank) FROM slices s
+                    WHERE s.model = mig_model AND peak_mem_bytes <= s.mem_bytes
+                      AND mean_sm_active <= s.sm_share) AS fit_rank
+            FROM jobs_in
+        )
+        SELECT "{by}", count(*) AS jobs,
+               sum(hours * num_gpus) AS gpu_hours,
+               sum(hours) FILTER (WHERE judged) AS mig_judged_gpu_hours,
+               {fits},
+               coalesce(sum(hours) FILTER (WHERE num_gpus = 1 AND NOT judged), 0)
+                   AS mig_unjudged_gpu_hours,
+               count(cpu_efficiency) AS host_jobs,
+               sum(alloc_cores * hours) FILTER (WHERE cpu_efficiency IS NOT NULL) AS core_hours,
+               sum(alloc_cores * hours * greatest(1 - cpu_efficiency, 0)) AS unused_core_hours,
+               sum(host_mem_req_bytes * hours) FILTER (WHERE host_mem_peak_bytes IS NOT NULL)
+                   / {GIB} AS mem_gib_hours,
+               sum(greatest(host_mem_req_bytes - host_mem_peak_bytes, 0) * hours)
+                   / {GIB} AS unused_mem_gib_hours
+        FROM judged GROUP BY "{by}" ORDER BY gpu_hours DESC, "{by}"
         """,
         params=params,
     ).pl()
