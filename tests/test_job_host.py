@@ -182,8 +182,8 @@ def test_the_job_records_cores_and_memory_win_over_the_cgroups(wh: Warehouse) ->
     con = wh.connect()
     con.execute("CREATE TABLE recorded AS SELECT * FROM jobs")
     con.execute("DROP VIEW jobs")
-    con.execute(f"CREATE VIEW jobs AS SELECT *, 32 AS alloc_cpus, {128 * GIB} AS req_mem_bytes "
-                "FROM recorded")  # fmt: skip
+    con.execute("CREATE VIEW jobs AS SELECT * REPLACE (32 AS alloc_cpus, "
+                f"{128 * GIB} AS req_mem_bytes) FROM recorded")  # fmt: skip
     sql = analytics.job_host_sql({*analytics.JOBS_COLUMNS, "alloc_cpus", "req_mem_bytes"})
     h = next(r for r in con.sql(sql, params={"now": at(24)}).pl().to_dicts() if r["job_id"] == "H")
     assert (h["alloc_cores"], h["cpu_efficiency"]) == (32, pytest.approx(0.25))
