@@ -122,7 +122,11 @@ SING_GPU_JOB_DIR={base}/gpu-jobs/$SLURMD_NODENAME exec {script}
 # With `cgroups=True`: Slurm confines each job in cgroups (v1 on this machine kind: its
 # controllers are mounted one per tree under /sys/fs/cgroup, cgroup2 only at .../unified), as a
 # site with jobstats does. The node's CPUs=16 (config_overrides) exceed this machine's cores, so
-# a job confined to cores it lacks would fail: those tests ask for a job's cores from the first.
+# a job confined to cores this machine lacks would fail: a job of 2 CPUs on an idle node gets
+# cores 0-1, which exist.
+# Slurm names its directories after the node (`<controller>/slurm_gpu-1/`), not the cluster, and
+# leaves them behind: tests/test_slurm_cgroups.py runs one such cluster per machine at a time and
+# removes them.
 CGROUP_PLUGINS = {
     "proctrack": "proctrack/cgroup",
     "task": "task/cgroup",
