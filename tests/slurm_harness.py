@@ -5,8 +5,9 @@ Everything lives under one scratch directory and uses free ports chosen at `up()
 side. Every daemon runs in the foreground in its own process group (tests/daemons.py): `down()`
 stops those groups, and should pytest die first, its exit hooks do; daemons left by a run killed
 with SIGKILL are reaped by the next `up()` (only those whose pytest is gone). Configs follow
-../shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups,
-munge on its own socket, `AccountingStoragePass` pointing at that socket, fake GPU device nodes.
+../shared/recipes/slurm-loopback.md (measured on this machine kind): no systemd, no cgroups
+(unless `cgroups=True`), munge on its own socket, `AccountingStoragePass` pointing at that
+socket, fake GPU device nodes.
 
 The two nodes declare typed GPUs (`Gres=gpu:a100:8`) so accounting carries both `gres/gpu=N` and
 `gres/gpu:a100=N`, the case that double-counts in a naive AllocTRES parser. Each node has its own
@@ -16,6 +17,9 @@ Options for the known-answer test of the whole path (tests/test_real_path.py):
 `gpu_job_mapping=True` installs the project's own Slurm prolog and epilog
 (sing/exporters/deploy/slurm-{prolog,epilog}.sh) with `PrologFlags=Alloc`; both slurmd run on one
 host, so a two-line wrapper gives each node its own mapping directory (`mapping_dir(node)`).
+`cgroups=True` confines jobs in cgroups as a jobstats site does (proctrack/cgroup, task/cgroup,
+jobacct_gather/cgroup; cgroup.conf ConstrainCores and ConstrainRAMSpace; memory a consumable
+resource): Slurm makes each job's directories under the machine's real /sys/fs/cgroup (v1 here).
 `first_job_id` sets Slurm's FirstJobId (e.g. 8, so ids cross from one digit to two), and a
 second ordinary user, TEST_USER2, exists in the same account.
 
@@ -71,14 +75,14 @@ SlurmctldLogFile={base}/log/slurmctld.log
 SlurmdLogFile={base}/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType={proctrack}
+TaskPlugin={task}
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters={select}
 SlurmdParameters=config_overrides
 MinJobAge=300
 KillWait=2
@@ -86,7 +90,7 @@ InactiveLimit=0
 Waittime=0
 GresTypes=gpu
 JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherType={jobacct}
 JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -113,6 +117,32 @@ PrologFlags=Alloc
 MAPPING_WRAPPER = """\
 #!/bin/sh
 SING_GPU_JOB_DIR={base}/gpu-jobs/$SLURMD_NODENAME exec {script}
+"""
+
+# With `cgroups=True`: Slurm confines each job in cgroups (v1 on this machine kind: its
+# controllers are mounted one per tree under /sys/fs/cgroup, cgroup2 only at .../unified), as a
+# site with jobstats does. The node's CPUs=16 (config_overrides) exceed this machine's cores, so
+# a job confined to cores this machine lacks would fail: a job of 2 CPUs on an idle node gets
+# cores 0-1, which exist.
+# Slurm names its directories after the node (`<controller>/slurm_gpu-1/`), not the cluster, and
+# leaves them behind: tests/test_slurm_cgroups.py runs one such cluster per machine at a time and
+# removes them.
+CGROUP_PLUGINS = {
+    "proctrack": "proctrack/cgroup",
+    "task": "task/cgroup",
+    "jobacct": "jobacct_gather/cgroup",
+    "select": "CR_Core_Memory",  # else a job's --mem is not allocated: its memory cgroup unlimited
+}
+NO_CGROUP_PLUGINS = {
+    "proctrack": "proctrack/linuxproc",
+    "task": "task/none",
+    "jobacct": "jobacct_gather/linux",
+    "select": "CR_Core",
+}
+CGROUP_CONF = """\
+CgroupPlugin=cgroup/v1
+ConstrainCores=yes
+ConstrainRAMSpace=yes
 """
 
 GRES_CONF = """\
@@ -215,12 +245,14 @@ class SlurmCluster:
         first_job_id: int | None = None,
         owned: bool = True,
         slurm: str = "22.05",
+        cgroups: bool = False,
     ) -> None:
         self.base = Path(base).resolve()
         self.conf = self.base / "etc" / "slurm.conf"
         self.jobs_dir = self.base / "jobs"
         self.gpu_job_mapping = gpu_job_mapping
         self.first_job_id = first_job_id
+        self.cgroups = cgroups
         self.release: Release = release(slurm)  # tests/slurm_release.py
         self.bin_dir = self.release.client_dir(self.base)
         self._mark = daemons.owner_mark(str(self.base)) if owned else None
@@ -317,7 +349,10 @@ class SlurmCluster:
         extra += MAPPING_CONF.format(**values) if self.gpu_job_mapping else ""
         if self.first_job_id is not None:
             extra += f"FirstJobId={self.first_job_id}\n"
-        self.conf.write_text(SLURM_CONF.format(**values, extra=extra))
+        plugins = CGROUP_PLUGINS if self.cgroups else NO_CGROUP_PLUGINS
+        self.conf.write_text(SLURM_CONF.format(**values, **plugins, extra=extra))
+        if self.cgroups:
+            (b / "etc" / "cgroup.conf").write_text(CGROUP_CONF)
         if self.gpu_job_mapping:
             for step in ("prolog", "epilog"):
                 wrapper = b / "etc" / f"{step}.sh"

@@ -171,9 +171,73 @@ def job_report(
         .pl()
         .to_dicts()
     )
+    job |= _slurm_accounting(con, cluster, job_id)
+    job["accounting_check"] = accounting_check(job)
     partial = partial_data_note(job["coverage"], needs)
-    job["notes"] = ([partial] if partial else []) + evaluate_notes(con, job, thresholds, notes)
+    job["notes"] = (
+        ([partial] if partial else [])
+        + evaluate_notes(con, job, thresholds, notes)
+        + job["accounting_check"]
+    )
     return job
+
+
+# How far apart the node's cgroup figures and Slurm's own accounting may be before `sing job`
+# says so: |a - b| / max(a, b). CPU seconds count the same thing both ways (the job's tasks'
+# user + system time), so more than a tenth apart means a gap in one of them; memory is measured
+# differently (the cgroup's high-water mark counts page cache; Slurm's MaxRSS, sampled every
+# JobAcctGatherFrequency, is the tasks' resident memory), so only a quarter apart is worth a word.
+CPU_TOLERANCE = 0.10
+MEMORY_TOLERANCE = 0.25
+
+
+def _slurm_accounting(con: duckdb.DuckDBPyConnection, cluster: str, job_id: str) -> dict:
+    """Slurm's own figures for an ended job (sacct's TotalCPU and seff's memory), NULL for a
+    running job, a job from another scheduler, or a warehouse written before they existed."""
+    cursor = con.execute("SELECT * FROM jobs WHERE cluster = ? AND job_id = ? LIMIT 1",
+                         [cluster, job_id])  # fmt: skip
+    names = [d[0] for d in cursor.description]
+    row = dict(zip(names, cursor.fetchone() or (), strict=False))
+    return {name: row.get(name) for name in ("slurm_cpu_s", "slurm_max_rss_bytes")}
+
+
+def apart(a: float | None, b: float | None) -> float | None:
+    """How far apart two figures are, as a share of the larger; None when one is unknown."""
+    if a is None or b is None or max(a, b) <= 0:
+        return None
+    return abs(a - b) / max(a, b)
+
+
+def accounting_check(job: dict[str, Any]) -> list[str]:
+    """The node's cgroup figures against Slurm's accounting, in words, where they differ by
+    more than the tolerances: a user comparing `sing job` with seff should know which is which
+    and that the difference is known, not a bug in either."""
+    said = []
+    cgroup_cpu, slurm_cpu = job.get("cpu_core_s"), job.get("slurm_cpu_s")
+    if (gap := apart(cgroup_cpu, slurm_cpu)) is not None and gap > CPU_TOLERANCE:
+        said.append(
+            f"Slurm's accounting says {_cpu_amount(slurm_cpu)} of CPU, the node's cgroups "
+            f"{_cpu_amount(cgroup_cpu)} ({gap:.0%} apart). seff and sacct (TotalCPU) show "
+            "Slurm's figure; the figures above are the cgroups', which miss what ran after "
+            "the last reading or while the node was not read."
+        )
+    cgroup_mem, slurm_mem = job.get("host_mem_peak_bytes"), job.get("slurm_max_rss_bytes")
+    if (gap := apart(cgroup_mem, slurm_mem)) is not None and gap > MEMORY_TOLERANCE:
+        said.append(
+            f"Slurm's accounting says the job's peak memory was "
+            f"{scaled_bytes(slurm_mem, binary=True)}, the node's cgroups "
+            f"{scaled_bytes(cgroup_mem, binary=True)} ({gap:.0%} apart). seff shows Slurm's "
+            "figure (its tasks' largest resident memory, sampled); the cgroups' peak also "
+            "counts page cache and catches peaks between samples."
+        )
+    return said
+
+
+def _cpu_amount(seconds: float) -> str:
+    """CPU time in core-hours, or core-seconds for short jobs (under 0.1 core-hour)."""
+    if seconds >= 360:
+        return f"{seconds / 3600:.1f} core-hours"
+    return f"{seconds:.1f} core-seconds"
 
 
 def _job_cluster(con: duckdb.DuckDBPyConnection, job_id: str, cluster: str | None) -> str:
@@ -362,12 +426,20 @@ def _host_lines(job: dict[str, Any]) -> list[str]:
     """The job's CPU, host memory and disk I/O over all its nodes."""
     cores = job["mean_cores_used"]
     used = "" if cores is None else f" ({cores:.1f} of {_na(job['alloc_cores'])} cores in use)"
-    return [
+    lines = [
         f"CPU efficiency   {_bar(job['cpu_efficiency'])}{used}",
         f"Peak host memory {_host_memory(job['host_mem_peak_bytes'], job['host_mem_req_bytes'])}",
         f"Disk I/O         read {scaled_bytes(job['io_read_bytes'])}, "
         f"written {scaled_bytes(job['io_write_bytes'])}",
     ]
+    cpu_s, rss = job.get("slurm_cpu_s"), job.get("slurm_max_rss_bytes")
+    if cpu_s is not None or rss is not None:
+        cpu = "n/a" if cpu_s is None else _cpu_amount(cpu_s)
+        lines.append(
+            f"Slurm (seff)     CPU {cpu}, memory {scaled_bytes(rss, binary=True)}; the node's "
+            f"cgroups: CPU {'n/a' if job['cpu_core_s'] is None else _cpu_amount(job['cpu_core_s'])}"
+        )
+    return lines
 
 
 def _host_node_lines(job: dict[str, Any]) -> list[str]:
