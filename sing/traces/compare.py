@@ -19,13 +19,13 @@ import pyarrow.compute as pc
 
 from sing.traces.export import build_release
 from sing.traces.linkage import public_view
-from sing.traces.privacy import PrivacyReport
+from sing.traces.privacy import LinkageRates, PrivacyReport
 from sing.traces.settings import ANY, TraceSettings
 from sing.warehouse.store import Warehouse
 
 
 @dataclass(frozen=True)
-class Linkage:
+class Linkage(LinkageRates):
     """How well the strongest attack did against one policy's release, scored with the
     steward's truth, and what the policy cost: jobs and GPU-hours left out, and how far the
     released run and queue times are from the window's true ones (Kolmogorov-Smirnov
@@ -44,14 +44,6 @@ class Linkage:
     refused: str | None = None  # why `sing trace export` would write no such release
     worst_attack: str = ""  # the attack these linkage figures are from (the one naming most)
     privacy: PrivacyReport | None = None
-
-    @property
-    def users_pct(self) -> float:
-        return 100 * self.users_linked / self.users if self.users else 0.0
-
-    @property
-    def jobs_pct(self) -> float:
-        return 100 * self.jobs_linked / self.jobs if self.jobs else 0.0
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self) | {"users_pct": self.users_pct, "jobs_pct": self.jobs_pct}

@@ -30,8 +30,26 @@ ENERGY = "run time from energy, origin known"
 EXACT = "exact times matched, origin known"
 
 
+class LinkageRates:
+    """The shares of users and of released jobs an attack linked (of a dataclass with the
+    fields users, users_linked, jobs, jobs_linked)."""
+
+    users: int
+    users_linked: int
+    jobs: int
+    jobs_linked: int
+
+    @property
+    def users_pct(self) -> float:
+        return 100 * self.users_linked / self.users if self.users else 0.0
+
+    @property
+    def jobs_pct(self) -> float:
+        return 100 * self.jobs_linked / self.jobs if self.jobs else 0.0
+
+
 @dataclass(frozen=True)
-class AttackResult:
+class AttackResult(LinkageRates):
     """One attack against one release, scored with the steward's truth."""
 
     attack: str
@@ -52,14 +70,6 @@ class AttackResult:
         """The share of the attack's claims that were right (None: it claimed nothing)."""
         claims = self.jobs_named + self.wrong
         return self.jobs_named / claims if claims else None
-
-    @property
-    def users_pct(self) -> float:
-        return 100 * self.users_linked / self.users if self.users else 0.0
-
-    @property
-    def jobs_pct(self) -> float:
-        return 100 * self.jobs_linked / self.jobs if self.jobs else 0.0
 
 
 @dataclass(frozen=True)
