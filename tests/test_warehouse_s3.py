@@ -4,10 +4,13 @@ reading sing's figures."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +19,7 @@ import polars as pl
 import pytest
 from pyarrow.fs import FileSelector
 
-from sing.warehouse import analytics, delta, files, maintenance
+from sing.warehouse import analytics, delta, files, lease, maintenance
 from sing.warehouse.store import Warehouse
 from tests import s3_server
 from tests.s3_server import S3Server
@@ -216,6 +219,132 @@ def test_writers_on_two_processes_lose_no_commit(s3: str) -> None:
     counts = wh.connect().execute("SELECT node, count(*) FROM gpu_samples GROUP BY 1 ORDER BY 1")
     assert counts.fetchall() == [("n0", 1), ("n1", 80), ("n2", 80)]
     assert wh.open("gpu_samples").version() == 1 + 16
+
+
+MAINTAINER = """
+import logging, sys, time
+from datetime import timedelta
+from sing.warehouse import lease
+from sing.warehouse.store import Warehouse
+from tests.test_warehouse_s3 import DAY
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+lease.TTL_S = float(sys.argv[2])
+check = lease.Lease.check
+def slow_check(self):  # each step a little longer, so the racers' holds overlap
+    time.sleep(0.3)
+    check(self)
+lease.Lease.check = slow_check
+wh = Warehouse(sys.argv[1])
+wh.require_writable()
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+print("merged", wh.compact(DAY + timedelta(days=3)).merged_files, flush=True)
+"""
+
+
+def maintainer(
+    s3: str, tmp_path: Path, host: str, ttl_s: float, start: float, crash_at: str = ""
+) -> subprocess.Popen:
+    """A process as on another host: its own temporary directory, so its own flocks."""
+    (tmp_path / host).mkdir()
+    env = os.environ | {"TMPDIR": str(tmp_path / host), "SING_TEST_CRASH_AT": crash_at}
+    return subprocess.Popen(
+        [sys.executable, "-c", MAINTAINER, s3, str(ttl_s), str(start)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+
+
+def test_of_two_hosts_compacting_at_once_one_holds_the_lease(s3: str, tmp_path: Path) -> None:
+    """Two maintainers on two "hosts" (no shared flock) start together: the lease's conditional
+    put lets exactly one compact; the other skips, saying who holds the lease."""
+    wh = Warehouse(s3)
+    fill(wh)
+    expected = figures(wh)
+    start = time.time() + 3
+    racers = [maintainer(s3, tmp_path, host, 600, start) for host in ("a", "b")]
+    outs = [p.communicate(timeout=180)[0] for p in racers]
+    assert [p.returncode for p in racers] == [0, 0]
+    merged = sorted(out.strip().splitlines()[-1] for out in outs)
+    assert merged == ["merged 0", "merged 12"], outs
+    skipped = next(out for out in outs if "merged 0" in out)
+    assert "maintenance skipped: its lease is " in skipped
+    winner = racers[[("merged 12" in out) for out in outs].index(True)]
+    assert f"pid {winner.pid} until" in skipped
+    assert figures(Warehouse(s3)) == expected
+
+
+def test_a_held_lease_is_renewed_and_makes_others_skip(
+    s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A holder with a 1.5 s lease renews it while it works (several seconds): another host
+    skips with the holder's name meanwhile, and maintains once the lease is released."""
+    wh = Warehouse(s3)
+    fill(wh)
+    holder = maintainer(s3, tmp_path, "a", 1.5, 0)
+    deadline = time.monotonic() + 60
+    while lease.NAME not in _lease_holders(s3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # past the first lease's expiry: only renewal keeps it
+    assert holder.poll() is None
+    with caplog.at_level(logging.WARNING):
+        assert wh.compact(DAY + timedelta(days=3)) == maintenance.CompactionResult()
+    assert f"maintenance skipped: its lease is held by {socket.gethostname()} pid {holder.pid}" in (
+        caplog.text
+    )
+    assert holder.communicate(timeout=120)[0].strip().endswith("merged 12")
+    monkeypatch.setattr(lease, "TTL_S", 600.0)
+    with wh.maintenance_lock() as held:  # released: taken at once
+        assert held
+
+
+def test_a_dead_holders_lease_is_taken_over_once_expired(
+    s3: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A maintainer killed mid-compaction leaves its lease behind: others skip until it
+    expires (3 s here), then one takes it over and finishes the work."""
+    wh = Warehouse(s3)
+    fill(wh)
+    expected = figures(wh)
+    dead = maintainer(s3, tmp_path, "a", 3, 0, crash_at="compaction-committed:1")
+    dead.communicate(timeout=120)
+    assert dead.returncode == -signal.SIGKILL
+    with caplog.at_level(logging.WARNING):
+        assert wh.compact(DAY + timedelta(days=3)) == maintenance.CompactionResult()
+    assert f"pid {dead.pid} until" in caplog.text
+    time.sleep(3)
+    result = wh.compact(DAY + timedelta(days=3))
+    assert result.merged_files == 2 and result.rollup_days > 0  # the killed one merged day 1 (10)
+    assert figures(wh) == expected
+
+
+def test_a_lapsed_holder_stops_before_its_next_step(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder that could not renew in time (paused) finds its lease taken over and stops."""
+    Warehouse(s3).require_writable()
+    monkeypatch.setattr(lease, "TTL_S", 2.0)
+    with monkeypatch.context() as paused:
+        paused.setattr(lease.Lease, "renew", lambda self: None)  # no renewal lands
+        first = lease.acquire(s3)
+        assert isinstance(first, lease.Lease)
+        assert lease.acquire(s3) == f"held by {first.entry.describe()}"
+        time.sleep(2.2)
+        second = lease.acquire(s3)
+        assert isinstance(second, lease.Lease)
+    with pytest.raises(lease.LeaseLost):
+        first.check()
+    first.release()
+    second.check()
+    second.release()
+    assert isinstance(lease.acquire(s3), lease.Lease)  # released: free at once
+
+
+def _lease_holders(s3: str) -> str:
+    store = files.object_store()
+    selector = FileSelector(files.key(s3), recursive=True, allow_not_found=True)
+    return " ".join(i.path for i in store.get_file_info(selector) if "_delta_log" in i.path)
 
 
 def daft_reader(s3: str, server: S3Server):

@@ -1,6 +1,7 @@
 """Maintenance of the Delta tables: compaction, rollup builds, retention, checkpoints, vacuum.
 
-All of it runs under the warehouse's maintenance lock (one maintainer at a time), and whatever
+All of it runs under the warehouse's maintenance lock (one maintainer at a time; on object
+storage also its lease, checked before each step: a maintainer that lost it stops), and whatever
 removes files also holds the table's lock and decides on a snapshot refreshed inside it: delta-rs
 re-adds files that a stale snapshot still lists, so two compactions must never overlap.
 Merged and rolled-up files go through the same durable writer as appends (`delta.publish`).
@@ -8,6 +9,7 @@ Merged and rolled-up files go through the same durable writer as appends (`delta
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -21,11 +23,14 @@ from sing.schema import TABLES, Table, table
 from sing.warehouse import delta, files
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.files import Location
+from sing.warehouse.lease import LeaseLost
 from sing.warehouse.rollups import KEPT, OF, ROLLUPS, Rollup, plan_day, rollups_of
 from sing.warehouse.sql import q, source_sql
 
 if TYPE_CHECKING:
     from sing.warehouse.store import Warehouse
+
+log = logging.getLogger(__name__)
 
 # Removed files are deleted this long after their removal (whole hours: Delta's unit), longer
 # than any reader's query; a connection older than this may find its files gone.
@@ -56,11 +61,16 @@ def compact(wh: Warehouse, now: datetime) -> CompactionResult:
         try:
             for spec in TABLES.values():
                 with wh.table_lock(spec.name):
+                    wh.check_maintainer()
                     _merge_small_files(wh, con, spec, now.date(), result)
                 for rollup in rollups_of(spec.name):
+                    wh.check_maintainer()
                     _build_rollup(wh, con, rollup, now.date(), result)
             for name in [*TABLES, *ROLLUPS]:
+                wh.check_maintainer()
                 result.deleted_files += tidy(wh, name)
+        except LeaseLost as err:
+            log.warning("%s: maintenance stopped: %s", wh.root, err)
         finally:
             con.close()
     return result
@@ -204,6 +214,11 @@ def apply_retention(wh: Warehouse, horizon: date) -> list[Location]:
                 rolled = {r.name: _by_day(wh.live_files(r.name)).get(day, []) for r in rollups}
                 if any(plan_day(day_raw, rolled[r.name])[1] or not rolled[r.name] for r in rollups):
                     continue  # some raw file not summarised yet: keep the day
+                try:
+                    wh.check_maintainer()
+                except LeaseLost as err:
+                    log.warning("%s: retention stopped: %s", wh.root, err)
+                    return removed
                 for rollup in rollups:
                     _keep_rollup(wh, rollup, day, rolled[rollup.name])
                 with wh.table_lock(spec.name):
@@ -239,14 +254,29 @@ def checkpoint_due(wh: Warehouse) -> list[str]:
     """Checkpoint the tables whose logs have `CHECKPOINT_EVERY` commits since their last
     checkpoint; returns their names. Each commit re-reads the entries since the checkpoint, so
     a writer calls this after each round to keep commits cheap between compactions. It skips
-    when a maintainer is at work (that one checkpoints too) and costs a few stats otherwise."""
+    when a maintainer is at work (that one checkpoints too) and costs a few stats otherwise
+    (the lock, and on object storage the lease, is taken only when some log is long)."""
     done: list[str] = []
+    tables = {
+        name: delta.open_table(wh.table_dir(name), refresh=False) for name in [*TABLES, *ROLLUPS]
+    }
+    due = {
+        name: dt
+        for name, dt in tables.items()
+        if dt is not None and delta.versions_since_checkpoint(dt) >= CHECKPOINT_EVERY
+    }
+    if not due:
+        return done
     with wh.maintenance_lock() as held:
         if not held:
             return done
-        for name in [*TABLES, *ROLLUPS]:
-            dt = delta.open_table(wh.table_dir(name), refresh=False)
-            if dt is not None and _checkpoint_if_long(wh, name, dt):
+        for name, dt in due.items():
+            try:
+                wh.check_maintainer()
+            except LeaseLost as err:
+                log.warning("%s: checkpoints stopped: %s", wh.root, err)
+                break
+            if _checkpoint_if_long(wh, name, dt):
                 done.append(name)
     return done
 

@@ -10,7 +10,8 @@ run beside the collector.
 ROOT is a local directory or an object-store URI (`s3://bucket/prefix`: docs/deploy.md). On
 object storage there is nothing to repair (a PUT is whole), and the locks below are taken on
 this host only; what makes writers on several hosts safe there is the store's conditional put,
-checked when a writer first opens the warehouse (`check_conditional_put`).
+checked when a writer first opens the warehouse (`check_conditional_put`), and what keeps
+maintainers on several hosts apart is a lease taken by the same conditional put (`lease`).
 
     ROOT/_meta.json                                 schema version
     ROOT/<samples table>/_delta_log/, day=YYYY-MM-DD/*.parquet
@@ -43,7 +44,7 @@ from deltalake.exceptions import CommitFailedError
 
 from sing.errors import UserError
 from sing.schema import TABLES, Table, table
-from sing.warehouse import delta, files, maintenance, migrations
+from sing.warehouse import delta, files, lease, maintenance, migrations
 from sing.warehouse.delta import LiveFile
 from sing.warehouse.files import Location
 from sing.warehouse.maintenance import CompactionResult
@@ -75,6 +76,7 @@ class Warehouse:
         upgrade: those are for whoever may write. An object-store URI is opened for writing
         at the first write, not before: a reader may hold read-only credentials."""
         self._prepared = False
+        self._lease: lease.Lease | None = None
         if files.is_uri(root):
             self.root: Location = str(root).rstrip("/")
             return
@@ -326,7 +328,9 @@ class Warehouse:
 
     @contextmanager
     def maintenance_lock(self) -> Iterator[bool]:
-        """One compactor at a time; a second one skips instead of waiting."""
+        """One maintainer at a time; a second one skips instead of waiting. On object storage
+        this host's lock is not enough: the maintainer also takes the warehouse's lease
+        (`sing.warehouse.lease`), and skips, saying who holds it, when another host does."""
         with open(self._lock_dir() / ".maintenance.lock", "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -334,13 +338,32 @@ class Warehouse:
                 yield False
                 return
             try:
-                yield True
+                if isinstance(self.root, Path):
+                    yield True
+                    return
+                taken = lease.acquire(self.root)
+                if isinstance(taken, str):
+                    log.warning("%s: maintenance skipped: its lease is %s", self.root, taken)
+                    yield False
+                    return
+                self._lease = taken
+                try:
+                    yield True
+                finally:
+                    self._lease = None
+                    taken.release()
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def check_maintainer(self) -> None:
+        """Before each step that commits or deletes under the maintenance lock: raise
+        `lease.LeaseLost` if this host's lease lapsed or another host took it."""
+        if self._lease is not None:
+            self._lease.check()
+
     def _lock_dir(self) -> Path:
         """The warehouse directory; for object storage, a directory of this host's, named by
-        the URI (object stores have no locks: docs/deploy.md says who maintains there)."""
+        the URI (object stores have no locks: across hosts the maintenance lease does that)."""
         if isinstance(self.root, Path):
             return self.root
         name = hashlib.sha256(self.root.encode()).hexdigest()[:16]
