@@ -230,8 +230,8 @@ from tests.test_warehouse_s3 import DAY
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
 lease.TTL_S = float(sys.argv[2])
 check = lease.Lease.check
-def slow_check(self):  # each step a little longer, so the racers' holds overlap
-    time.sleep(0.3)
+def slow_check(self):  # each step a little longer, so the holds overlap others' tries
+    time.sleep(float(sys.argv[4]))
     check(self)
 lease.Lease.check = slow_check
 wh = Warehouse(sys.argv[1])
@@ -242,13 +242,19 @@ print("merged", wh.compact(DAY + timedelta(days=3)).merged_files, flush=True)
 
 
 def maintainer(
-    s3: str, tmp_path: Path, host: str, ttl_s: float, start: float, crash_at: str = ""
+    s3: str,
+    tmp_path: Path,
+    host: str,
+    ttl_s: float,
+    start: float,
+    step_s: float = 0.3,
+    crash_at: str = "",
 ) -> subprocess.Popen:
     """A process as on another host: its own temporary directory, so its own flocks."""
     (tmp_path / host).mkdir()
     env = os.environ | {"TMPDIR": str(tmp_path / host), "SING_TEST_CRASH_AT": crash_at}
     return subprocess.Popen(
-        [sys.executable, "-c", MAINTAINER, s3, str(ttl_s), str(start)],
+        [sys.executable, "-c", MAINTAINER, s3, str(ttl_s), str(start), str(step_s)],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -278,15 +284,15 @@ def test_of_two_hosts_compacting_at_once_one_holds_the_lease(s3: str, tmp_path: 
 def test_a_held_lease_is_renewed_and_makes_others_skip(
     s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A holder with a 1.5 s lease renews it while it works (several seconds): another host
-    skips with the holder's name meanwhile, and maintains once the lease is released."""
+    """A holder with a 3 s lease renews it while it works (over 10 s): another host skips with
+    the holder's name meanwhile, and maintains once the lease is released."""
     wh = Warehouse(s3)
     fill(wh)
-    holder = maintainer(s3, tmp_path, "a", 1.5, 0)
+    holder = maintainer(s3, tmp_path, "a", 3, 0, step_s=0.6)
     deadline = time.monotonic() + 60
     while lease.NAME not in _lease_holders(s3) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(2)  # past the first lease's expiry: only renewal keeps it
+    time.sleep(4)  # past the first lease's expiry: only renewal keeps it
     assert holder.poll() is None
     with caplog.at_level(logging.WARNING):
         assert wh.compact(DAY + timedelta(days=3)) == maintenance.CompactionResult()
@@ -303,17 +309,17 @@ def test_a_dead_holders_lease_is_taken_over_once_expired(
     s3: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A maintainer killed mid-compaction leaves its lease behind: others skip until it
-    expires (3 s here), then one takes it over and finishes the work."""
+    expires (6 s here), then one takes it over and finishes the work."""
     wh = Warehouse(s3)
     fill(wh)
     expected = figures(wh)
-    dead = maintainer(s3, tmp_path, "a", 3, 0, crash_at="compaction-committed:1")
+    dead = maintainer(s3, tmp_path, "a", 6, 0, step_s=0, crash_at="compaction-committed:1")
     dead.communicate(timeout=120)
     assert dead.returncode == -signal.SIGKILL
     with caplog.at_level(logging.WARNING):
         assert wh.compact(DAY + timedelta(days=3)) == maintenance.CompactionResult()
     assert f"pid {dead.pid} until" in caplog.text
-    time.sleep(3)
+    time.sleep(6)
     result = wh.compact(DAY + timedelta(days=3))
     assert result.merged_files == 2 and result.rollup_days > 0  # the killed one merged day 1 (10)
     assert figures(wh) == expected
