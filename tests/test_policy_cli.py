@@ -140,5 +140,13 @@ def test_the_documented_example_is_a_valid_configuration(tmp_path):
     (tmp_path / "sing.toml").write_text(toml)
     settings = Config.load(tmp_path / "sing.toml").section("policy", PolicySettings)
     rules = {r.name: r for r in load_rules(settings)}
-    assert sorted(rules) == ["idle-gpus", "silent-multinode", "untouched"]
+    assert sorted(rules) == [
+        "cores-per-gpu",
+        "idle-gpus",
+        "memory-hoarders",
+        "silent-multinode",
+        "untouched",
+    ]
     assert rules["idle-gpus"].acts(settings) and not rules["silent-multinode"].acts(settings)
+    assert rules["memory-hoarders"].kind == "excess_memory"
+    assert rules["cores-per-gpu"].kind == "excess_cores_per_gpu"
