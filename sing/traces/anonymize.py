@@ -94,11 +94,11 @@ def _same(a: str, b: str, columns: tuple[str, ...]) -> str:
     return " AND ".join([f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in columns] or ["TRUE"])
 
 
-def duration_bucket(x: str, ratio: float) -> str:
-    """SQL: the bucket of duration `x`, a whole power of `ratio` (exact below 1 s or at 1)."""
-    if ratio <= 1:
-        return x
-    return f"CASE WHEN {x} >= 1 THEN floor(ln({x}) / ln({ratio!r})) ELSE {x} END"
+def duration_bucket(x: str, ratio: str) -> str:
+    """SQL: the bucket of duration `x`, a whole power of `ratio` (a number or a column; exact
+    below 1 s or at 1). The k rule's pools and the release's shuffle both bin with it, so they
+    cannot disagree on a bucket."""
+    return f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN floor(ln({x}) / ln({ratio})) ELSE {x} END"
 
 
 def submit_bin(x: str, resolution_s: int) -> str:
@@ -115,8 +115,8 @@ def _cell_columns(rung: Rung) -> dict[str, str]:
     """Each column of `people` as the k rule sees it at `rung`: times binned, model hidden."""
     return {
         "submit": submit_bin("submit", rung.resolution_s),
-        "run": duration_bucket("run", rung.ratio),
-        "queue": duration_bucket("queue", rung.ratio),
+        "run": duration_bucket("run", repr(rung.ratio)),
+        "queue": duration_bucket("queue", repr(rung.ratio)),
         "gpu_model": f"'{OTHER}'" if rung.model_hidden else "gpu_model",
         **dict.fromkeys(QI_COLUMNS["outcome"] if rung.outcome_hidden else (), "NULL"),
         **(

@@ -25,7 +25,13 @@ import pyarrow.compute as pc
 
 from sing.errors import UserError
 from sing.health.failures import classified_sql
-from sing.traces.anonymize import OTHER, apply_k_anonymity, gpus_class, pseudonymize
+from sing.traces.anonymize import (
+    OTHER,
+    apply_k_anonymity,
+    duration_bucket,
+    gpus_class,
+    pseudonymize,
+)
 from sing.traces.format import (
     INCIDENTS,
     JOBS,
@@ -72,14 +78,9 @@ FROM sel
 EDGES = f"{list(GPUS_CLASS_EDGES)}"
 
 
-def _bin_of(x: str, ratio: str) -> str:
-    """SQL: the bucket of duration `x` at factor `ratio` (exact below 1 s or at 1)."""
-    return f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN floor(ln({x}) / ln({ratio})) ELSE {x} END"
-
-
 def _placed(x: str, ratio: str, u: str) -> str:
     """SQL: a duration inside the bucket of `x` at the keyed fraction `u` (log-uniform)."""
-    bucket = _bin_of(x, ratio)
+    bucket = duration_bucket(x, ratio)
     return f"CASE WHEN {ratio} > 1 AND {x} >= 1 THEN pow({ratio}, {bucket} + {u}) ELSE {x} END"
 
 
@@ -105,8 +106,8 @@ members AS (
            hash(s.job_id || $salt || 'values') AS values_draw,
            [(hash(s.job_id || $salt || i) % 1000000) / 1e6 FOR i IN ['s', 'r', 'q']] AS u,
            CASE WHEN k.resolution_s > 0 THEN floor(t.submit / k.resolution_s) END AS sbin,
-           {_bin_of("t.run", "k.ratio")} AS rbin,
-           CASE WHEN $queue_shown THEN {_bin_of("t.queue", "k.ratio")} END AS qbin,
+           {duration_bucket("t.run", "k.ratio")} AS rbin,
+           CASE WHEN $queue_shown THEN {duration_bucket("t.queue", "k.ratio")} END AS qbin,
            CASE WHEN k.shape_hidden THEN {gpus_class("s.num_gpus")} END AS gclass
     FROM timed t JOIN kept k USING (r) JOIN sel s USING (r)
 ),
