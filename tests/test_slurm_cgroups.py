@@ -57,6 +57,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 MIB = 1 << 20
 CGROUP_LOCK = Path("/var/tmp/sing-test-slurm-cgroups.lock")
 CPUS, MEM = 2, 400 * MIB
+RUNNING_FIGURES = ("cpu_core_s", "slurm_cpu_s", "host_mem_peak_bytes", "slurm_max_rss_bytes")
 # argv: MiB to touch, CPU seconds to burn; then hold the memory until `release` exists.
 BURN = """\
 import os, sys, time
@@ -203,9 +204,14 @@ def test_a_jobs_cgroups_through_exporter_and_collector_agree_with_slurm(cluster,
         wait_for(lambda: (cgroup_cpu_s(port, job_id) or 0) >= 6, "6 s of CPU", 120, [exporter])
         collect()  # burnt, holding its memory
         collect()
-        running_job = sing_job(config, job_id, env)  # cgroups' figures; Slurm's come at the end
+        running_job = sing_job(config, job_id, env)  # the cgroups' figures and sstat's so far
+        print(f"running: {({k: running_job[k] for k in RUNNING_FIGURES})}")
         assert running_job["state"] == "RUNNING" and running_job["cpu_core_s"] >= 6
-        assert (running_job["slurm_cpu_s"], running_job["accounting_check"]) == (None, [])
+        assert running_job["slurm_source"] == "sstat" and running_job["slurm_error"] is None
+        assert 6.0 <= running_job["slurm_cpu_s"] <= 7.5
+        assert apart(running_job["cpu_core_s"], running_job["slurm_cpu_s"]) <= CPU_TOLERANCE
+        assert running_job["accounting_check"] == []
+        assert "Slurm (sstat)" in run(sing("--config", config, "job", job_id), env)
         (cluster.jobs_dir / "release").touch()
         wait_for(lambda: ended(job_id, env), "sacct to show the job ended", 60)
         collect()  # the job's end and Slurm's accounting
@@ -214,6 +220,7 @@ def test_a_jobs_cgroups_through_exporter_and_collector_agree_with_slurm(cluster,
         exporter.stop()
 
     report = sing_job(config, job_id, env)
+    assert report["slurm_source"] == "sacct"
     figures = {k: report[k] for k in ("state", "cpu_core_s", "alloc_cores", "host_mem_peak_bytes",
                "host_mem_req_bytes", "slurm_cpu_s", "slurm_max_rss_bytes")}  # fmt: skip
     (node,) = report["per_node_host"]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sing.config import Config
 from sing.errors import UserError
 from sing.executors.profile import JobProfile
 from sing.executors.records import JobRecord, JobUsage, NodeRecord
 from sing.executors.settings import ExecutorSettings
+
+if TYPE_CHECKING:  # the report's module loads duckdb: not for every executor user
+    from sing.warehouse.job_report import RunningAccounting
 
 TIMEOUT, FAILED = "timeout", "failed"  # why a command failed: CommandError.reason
 
@@ -89,3 +92,21 @@ def make_executor(config: Config, kind: str | None = None) -> Executor:
 
         return LocalExecutor.from_settings(cluster, settings, config)
     raise UserError(f"[executor] kind = {kind!r} is not known; use 'local' or 'slurm'")
+
+
+def running_accounting(executor: Executor, cluster: str, job_id: str) -> RunningAccounting:
+    """A running job's figures from the scheduler's own accounting, for `sing job` to show
+    beside the cgroups': none for another cluster's job (this executor cannot ask there), and
+    a failed command said in words, never raised: the report stands without them."""
+    figures: RunningAccounting = {"slurm_cpu_s": None, "slurm_max_rss_bytes": None,
+                                  "slurm_source": None, "slurm_error": None}  # fmt: skip
+    if cluster != executor.cluster:
+        return figures
+    try:
+        usage = executor.usage(job_id)
+    except CommandError as err:
+        return figures | {"slurm_error": str(err)}  # type: ignore[return-value]
+    if usage is None:
+        return figures
+    return {"slurm_cpu_s": usage.cpu_s, "slurm_max_rss_bytes": usage.max_rss_bytes,
+            "slurm_source": "sstat", "slurm_error": None}  # fmt: skip

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import duckdb
 
@@ -78,13 +78,16 @@ def job_report(
     now: datetime | None = None,
     cluster: str | None = None,
     needs: CoverageNeeds = DEFAULT_NEEDS,
+    running_accounting: Callable[[str], RunningAccounting] | None = None,
 ) -> dict[str, Any]:
     """Everything `sing job` shows: the job's figures with their coverage (sampled every
     `needs.interval_s`), per-GPU and per-node rows, notes; under `needs.min_coverage` the first
     note says the figures rest on part of the job's data.
 
     Job ids repeat across clusters: `cluster` picks one; without it an id found in several
-    clusters is an error naming them."""
+    clusters is an error naming them. Slurm's own figures come from the job record once the
+    job ended (sacct); for a running job, from `running_accounting(cluster)` (sstat, asked
+    only then)."""
     now = now or datetime.now(UTC)
     cluster = _job_cluster(con, job_id, cluster)
     params = {
@@ -172,6 +175,8 @@ def job_report(
         .to_dicts()
     )
     job |= _slurm_accounting(con, cluster, job_id)
+    if job["state"] == "RUNNING" and running_accounting is not None:
+        job |= running_accounting(cluster)
     job["accounting_check"] = accounting_check(job)
     partial = partial_data_note(job["coverage"], needs)
     job["notes"] = (
@@ -198,7 +203,18 @@ def _slurm_accounting(con: duckdb.DuckDBPyConnection, cluster: str, job_id: str)
                          [cluster, job_id])  # fmt: skip
     names = [d[0] for d in cursor.description]
     row = dict(zip(names, cursor.fetchone() or (), strict=False))
-    return {name: row.get(name) for name in ("slurm_cpu_s", "slurm_max_rss_bytes")}
+    figures = {name: row.get(name) for name in ("slurm_cpu_s", "slurm_max_rss_bytes")}
+    source = "sacct" if any(v is not None for v in figures.values()) else None
+    return figures | {"slurm_source": source, "slurm_error": None}
+
+
+class RunningAccounting(TypedDict):
+    """Slurm's figures for a running job so far (sstat), or why they could not be read."""
+
+    slurm_cpu_s: float | None
+    slurm_max_rss_bytes: int | None
+    slurm_source: str | None  # "sstat"; None when sstat had no running step or failed
+    slurm_error: str | None  # the command's error, said in the notes
 
 
 def apart(a: float | None, b: float | None) -> float | None:
@@ -213,20 +229,30 @@ def accounting_check(job: dict[str, Any]) -> list[str]:
     more than the tolerances: a user comparing `sing job` with seff should know which is which
     and that the difference is known, not a bug in either."""
     said = []
+    if job.get("slurm_error"):
+        said.append(f"Slurm's figures for this running job could not be read: {job['slurm_error']}")
+    running = job.get("slurm_source") == "sstat"
+    slurm = "Slurm's accounting so far (sstat)" if running else "Slurm's accounting"
+    tool = "sstat shows" if running else "seff and sacct (TotalCPU) show"
     cgroup_cpu, slurm_cpu = job.get("cpu_core_s"), job.get("slurm_cpu_s")
     if (gap := apart(cgroup_cpu, slurm_cpu)) is not None and gap > CPU_TOLERANCE:
+        lag = (
+            "lag behind by up to a collector interval and miss what ran while the node was not read"
+            if running
+            else "miss what ran after the last reading or while the node was not read"
+        )
         said.append(
-            f"Slurm's accounting says {_cpu_amount(slurm_cpu)} of CPU, the node's cgroups "
-            f"{_cpu_amount(cgroup_cpu)} ({gap:.0%} apart). seff and sacct (TotalCPU) show "
-            "Slurm's figure; the figures above are the cgroups', which miss what ran after "
-            "the last reading or while the node was not read."
+            f"{slurm} says {_cpu_amount(slurm_cpu)} of CPU, the node's cgroups "
+            f"{_cpu_amount(cgroup_cpu)} ({gap:.0%} apart). {tool} Slurm's figure; the figures "
+            f"above are the cgroups', which {lag}."
         )
     cgroup_mem, slurm_mem = job.get("host_mem_peak_bytes"), job.get("slurm_max_rss_bytes")
     if (gap := apart(cgroup_mem, slurm_mem)) is not None and gap > MEMORY_TOLERANCE:
         said.append(
-            f"Slurm's accounting says the job's peak memory was "
+            f"{slurm} says the job's peak memory was "
             f"{scaled_bytes(slurm_mem, binary=True)}, the node's cgroups "
-            f"{scaled_bytes(cgroup_mem, binary=True)} ({gap:.0%} apart). seff shows Slurm's "
+            f"{scaled_bytes(cgroup_mem, binary=True)} ({gap:.0%} apart). "
+            f"{'sstat' if running else 'seff'} shows Slurm's "
             "figure (its tasks' largest resident memory, sampled); the cgroups' peak also "
             "counts page cache and catches peaks between samples."
         )
@@ -435,8 +461,9 @@ def _host_lines(job: dict[str, Any]) -> list[str]:
     cpu_s, rss = job.get("slurm_cpu_s"), job.get("slurm_max_rss_bytes")
     if cpu_s is not None or rss is not None:
         cpu = "n/a" if cpu_s is None else _cpu_amount(cpu_s)
+        source = "Slurm (sstat)" if job.get("slurm_source") == "sstat" else "Slurm (seff)"
         lines.append(
-            f"Slurm (seff)     CPU {cpu}, memory {scaled_bytes(rss, binary=True)}; the node's "
+            f"{source:17}CPU {cpu}, memory {scaled_bytes(rss, binary=True)}; the node's "
             f"cgroups: CPU {'n/a' if job['cpu_core_s'] is None else _cpu_amount(job['cpu_core_s'])}"
         )
     return lines
