@@ -476,3 +476,21 @@ def test_ray_data_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server
     )
     got = [(r["user"], r["jobs"], r["gpu_hours"]) for r in usage]
     assert [(u, j, pytest.approx(h)) for u, j, h in got] == mine["fairness"]
+
+
+def test_retention_on_s3_keeps_the_local_figures(s3: str, tmp_path: Path) -> None:
+    """Raw days past the horizon go once their rollups are kept (`kept-` copies of the rollup
+    files: an object store has no hard links), and every report reads what it read locally."""
+    local, remote = Warehouse(tmp_path / "wh"), Warehouse(s3)
+    now = DAY + timedelta(days=3)
+    for wh in (local, remote):
+        fill(wh)
+        wh.compact(now)
+    before = figures(local)
+    removed = remote.apply_retention(1, now)
+    assert [str(r).rsplit("/", 1)[-1] for r in removed] == ["day=2025-12-01", "day=2025-12-02"]
+    assert len(local.apply_retention(1, now)) == 2
+    after = figures(remote)
+    assert after == figures(local)
+    assert after["samples"] == (0, None) and remote.live_files("gpu_samples") == []
+    assert (after["rollup"], after["fairness"]) == (before["rollup"], before["fairness"])
