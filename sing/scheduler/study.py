@@ -32,6 +32,9 @@ POLICIES = {
         policy="sing", backfill_rule="wait", max_head_wait_s=6 * 3600
     ),
     "sing (budget 1x)": SchedulerSettings(policy="sing", backfill_rule="budget"),
+    "sing (age window 120 h)": SchedulerSettings(
+        policy="sing", max_head_wait_s=0, age_window_after_s=120 * 3600, age_window_s=48 * 3600
+    ),
     "easy": SchedulerSettings(policy="easy"),
     "sjf": SchedulerSettings(policy="sjf"),
 }
