@@ -102,6 +102,42 @@ def test_sing_reserve_rule_keeps_backfilling_elsewhere(
     assert got == {"j1": 0, "j2": 0, "j3": 0, "j4": 0, **expected}
 
 
+# 2 nodes x 2 GPUs, busy with 1-GPU jobs ending at 10, 20 (node0) and 15, 25 (node1). Two
+# whole-node jobs b1, b2 wait behind them; four 1-GPU jobs come later, each running 30 s.
+TWO_LARGE = workload(
+    ("j1", 0, 10, 1), ("j2", 0, 20, 1), ("j3", 0, 15, 1), ("j4", 0, 25, 1),
+    ("b1", 1, 100, 2), ("b2", 2, 10, 2),
+    *((f"s{k}", 9 + k, 30, 1) for k in range(1, 5)),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        # Reserve at once, no age window: node0 (the freest, by number) is reserved for b1. At 15
+        # s1 takes node1's free GPU, so when b1 starts at 20 both nodes are busy again and b2's
+        # reservation (node0, b1's until 120) waits for s1..s4, which keep node1 busy until 85.
+        (
+            {},
+            {"b1": 20, "b2": 85, "s1": 15, "s2": 25, "s3": 45, "s4": 55},
+        ),
+        # Age window after 5 s, 5 s wide: from 10 on b1 is 9 s old, so only jobs submitted by 6
+        # (b2) may backfill. s1 (submitted at 10) no longer takes node1 at 15; when b1 starts at
+        # 20, node1 (1 free) is the freest node and is reserved for b2, which starts when j4 ends
+        # at 25. s1 and s2 start when b2 ends at 35, s3 and s4 when they end at 65.
+        (
+            {"age_window_after_s": 5, "age_window_s": 5},
+            {"b1": 20, "b2": 25, "s1": 35, "s2": 35, "s3": 65, "s4": 65},
+        ),
+    ],
+)
+def test_sing_age_window_keeps_young_jobs_off_an_old_jobs_nodes(
+    window: dict, expected: dict[str, float]
+) -> None:
+    got = starts(TWO_LARGE, 2, 2, "sing", max_head_wait_s=0, **window)
+    assert got == {"j1": 0, "j2": 0, "j3": 0, "j4": 0, **expected}
+
+
 def test_easy_backfills_a_long_job_outside_the_reserved_node() -> None:
     # 2 nodes x 2 GPUs. x, y fill node0, v takes one GPU of node1. Head h (2 GPUs) gets node1 at
     # t=50 (v's end). l (1000 s) may not delay it, so it waits until y frees node0 at t=10; s
@@ -277,3 +313,5 @@ def test_settings_are_checked() -> None:
         SchedulerSettings(policy="lifo")
     with pytest.raises(ConfigError, match="max_head_wait_s must be >= 0"):
         SchedulerSettings(max_head_wait_s=-1)
+    with pytest.raises(ConfigError, match="age_window_s must be >= 0"):
+        SchedulerSettings(age_window_s=-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from hypothesis import given, settings
@@ -32,6 +33,7 @@ VARIANTS = [
     SchedulerSettings(policy="sing", max_head_wait_s=15),
     SchedulerSettings(policy="sing", backfill_rule="wait", max_head_wait_s=15),
     SchedulerSettings(policy="sing", backfill_rule="budget", backfill_budget=1.0),
+    SchedulerSettings(policy="sing", max_head_wait_s=0, age_window_after_s=10, age_window_s=5),
     SchedulerSettings(policy="sing", placement="any", power_of_two=True),
     SchedulerSettings(policy="easy", small_pool_nodes=1, small_job_max_gpus=2),
     SchedulerSettings(policy="sjf", max_jobs_per_user=2),
@@ -123,6 +125,33 @@ def test_sing_reserve_rule_bounds_the_head_wait(rows, bound, placement) -> None:
         if run.start[h] > deadline:
             running = [e for k, e in enumerate(ends) if k != h and run.start[k] <= deadline < e]
             assert running and run.start[h] <= max(running), (h, deadline)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    jobs,
+    st.integers(1, 30),
+    st.integers(0, 30),
+    st.sampled_from([0, 15]),
+    st.sampled_from(["reserve", "wait", "budget"]),
+)
+def test_sing_age_window_keeps_young_jobs_from_passing_an_old_one(
+    rows, after, width, bound, rule
+) -> None:
+    # Once job h has waited `after` since its submit, no job submitted more than `width` after
+    # it starts before it: whatever the rule, a job passes h only while h is younger than that.
+    settings_ = SchedulerSettings(
+        policy="sing",
+        backfill_rule=rule,
+        max_head_wait_s=bound,
+        age_window_after_s=after,
+        age_window_s=width,
+    )
+    run = replay(to_workload(rows), NODES, GPUS, settings_)
+    submit, start = run.workload.submit, run.start
+    for h, j in itertools.combinations(range(len(start)), 2):
+        if start[j] < start[h] and submit[j] > submit[h] + width:
+            assert start[j] < submit[h] + after, (h, j)
 
 
 @settings(max_examples=200, deadline=None)

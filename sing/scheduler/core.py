@@ -26,7 +26,8 @@ Policies (docs/scheduler.md has the details and measurements):
 - sjf:  shortest runtime first (oracle), any job that fits starts.
 - sing: fcfs, plus backfill of later jobs behind a blocked head, bounded by a rule: by default,
         once the head has waited max_head_wait_s, the nodes where it fits soonest are reserved
-        for it and backfill goes on elsewhere.
+        for it and backfill goes on elsewhere. With the age window, once the head is old only jobs
+        submitted soon after it may backfill.
 - easy: fcfs, plus EASY backfill: the blocked head gets a reservation (time and nodes) from the
         running jobs' time limits; later jobs start only if they cannot delay it.
 """
@@ -104,6 +105,7 @@ class Scheduler:
         self.end_estimates: list[float] = []
         self.state: list[int] = []
         self.allocs: list[Alloc] = []  # [] until started
+        self.submitted: list[float] = []  # when each job was queued (INF until then)
         # Waiting jobs: all in queue order (fcfs, sing, easy), and by class (sing, easy, sjf).
         self.queue = Lane()
         # A class is numbered when its shape is first seen; class_of[i] is job i's.
@@ -132,6 +134,13 @@ class Scheduler:
         self.wait_rule = self.policy == "sing" and self.settings.backfill_rule == "wait"
         self.backfill_budget: float = self.settings.backfill_budget
         self.max_head_wait_s: float = self.settings.max_head_wait_s
+        # sing's age window: once the head has waited age_window_after_s since its submit (0 =
+        # never), only jobs submitted at most age_window_s after it may backfill (`cutoff`).
+        self.age_window_after_s: float = (
+            self.settings.age_window_after_s if self.policy == "sing" else 0.0
+        )
+        self.age_window_s: float = self.settings.age_window_s
+        self.cutoff = INF  # the latest submit time a job may have to backfill now
         self.running_by_user: Counter[str] = Counter()
         self.held: defaultdict[str, list[int]] = defaultdict(list)
         self.blocked = -1  # the head job the last pass could not start (all but sjf)
@@ -171,7 +180,7 @@ class Scheduler:
             job.share,
             job.gpu_model,
         )
-        self.enqueue(i)
+        self.enqueue(i, now)
 
     def finish(self, job_id: str, now: float) -> None:
         """A running job ended: its GPUs are free for the next `schedule` call."""
@@ -245,6 +254,7 @@ class Scheduler:
         self.end_estimates.append(INF)
         self.state.append(DONE)
         self.allocs.append([])
+        self.submitted.append(INF)
         return i
 
     def fit(
@@ -281,8 +291,9 @@ class Scheduler:
         self.fitted[request] = shape, pools
         return shape, pools
 
-    def enqueue(self, i: int) -> None:
+    def enqueue(self, i: int, now: float) -> None:
         self.state[i] = WAITING
+        self.submitted[i] = now
         entry = self.entries[i]
         if self.in_order:
             self.queue.push(entry)
@@ -303,7 +314,7 @@ class Scheduler:
             self.running_by_user[user] -= 1
             if user in self.held:
                 for j in self.held.pop(user):
-                    self.enqueue(j)
+                    self.enqueue(j, self.submitted[j])
         if self.is_easy:
             del self.ends[bisect_left(self.ends, (self.end_estimates[i], i))]
         self.freed = self.released = True
@@ -472,8 +483,12 @@ class Scheduler:
         shapes, pools = self.shapes, self.pools
         user_limit, gpus = self.user_limit, self.gpus
         class_of, pool_of, free_count = self.class_of, cluster.pool_of, cluster.free_count
+        # sing's age window: the candidates come oldest first, so the first too young ends it.
+        cutoff, submitted = self.cutoff, self.submitted
         while cands:
             i: int = cands[0][1]
+            if submitted[i] > cutoff:
+                break
             cls = class_of[i]
             if not user_limit and not self._has_room(cls):
                 heappop(cands)  # the class no longer fits outside the reservation
@@ -558,6 +573,8 @@ class Scheduler:
                 self.reservation = self._reserve(i, now)
                 self.rules_changed = True
             return True
+        if self.age_window_after_s:
+            self.cutoff = self._age_cutoff(i, now)
         if self.budget_rule:
             return self.budget_used < self.backfill_budget * self.gpus[i]
         waited = now - self.head_since >= self.max_head_wait_s
@@ -566,6 +583,20 @@ class Scheduler:
         if waited:
             self._hold_nodes(i)
         return True
+
+    def _age_cutoff(self, i: int, now: float) -> float:
+        """sing's age window: the latest submit time a job may have to backfill past head `i`.
+
+        Until the head has waited age_window_after_s since its submit, any (INF). Then only jobs
+        submitted at most age_window_s after it: the old jobs behind the head still fill gaps
+        among themselves, but the young ones no longer take the GPUs that the old ones are
+        waiting for, so an old large job is not passed over again and again by a stream of new
+        small ones. The cutoff only tightens while one head waits (the skipped passes rely on it).
+        """
+        submitted = self.submitted[i]
+        if now - submitted < self.age_window_after_s:
+            return INF
+        return submitted + self.age_window_s
 
     def _hold_nodes(self, i: int) -> None:
         """sing's reserve rule: keep the nodes where head `i` fits soonest free of backfill.

@@ -26,6 +26,11 @@ class SchedulerSettings:
     backfill_rule: str = "reserve"
     max_head_wait_s: float = 72 * 3600.0
     backfill_budget: float = 1.0
+    # The age window (any rule): once the head has waited age_window_after_s since its submit
+    # (0 = never), only jobs submitted at most age_window_s after it may backfill past it, so
+    # old jobs are no longer passed over by a stream of new ones (docs/scheduler.md measures it).
+    age_window_after_s: float = 0.0
+    age_window_s: float = 48 * 3600.0
     # EASY looks this deep into each job-size class for a job short enough to end before the
     # head's reservation (like Slurm's bf_max_job_test); 0 = only each class's oldest job.
     easy_depth: int = 64
@@ -51,6 +56,8 @@ class SchedulerSettings:
         for name in (
             "max_head_wait_s",
             "backfill_budget",
+            "age_window_after_s",
+            "age_window_s",
             "easy_depth",
             "small_pool_nodes",
             "max_jobs_per_user",

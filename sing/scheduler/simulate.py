@@ -154,7 +154,7 @@ def _run(sched: Scheduler, submit: list[float], duration: list[float]) -> list[f
             for i in done:
                 sched.release(i)
         while arrivals[k] <= now:
-            sched.enqueue(k)
+            sched.enqueue(k, arrivals[k])
             k += 1
         for i in sched.run_pass(now):
             start[i] = now

@@ -6,7 +6,7 @@ The SING paper reports ~96% GPU assignment with backfill against ~75% with FCFS 
 cluster. The settings here are the ones where FCFS head-of-line blocking should hurt most on
 Philly: the whole cluster in a busy week, weeks where large jobs hold most GPU-time, each virtual
 cluster (VC) on its own nodes, GPUs-anywhere placement, and power-of-two requests. Nothing is tuned
-per setting: every row uses the default settings of its policy.
+per setting: every row uses the default settings of its policy, or of the sing rule it names.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ POLICIES = {
         policy="sing", backfill_rule="wait", max_head_wait_s=6 * 3600
     ),
     "sing (budget 1x)": SchedulerSettings(policy="sing", backfill_rule="budget"),
+    "sing (age window 120 h)": SchedulerSettings(
+        policy="sing", max_head_wait_s=0, age_window_after_s=120 * 3600, age_window_s=48 * 3600
+    ),
     "easy": SchedulerSettings(policy="easy"),
     "sjf": SchedulerSettings(policy="sjf"),
 }
