@@ -4,6 +4,8 @@ Daft) reading sing's figures."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
 import signal
@@ -19,7 +21,10 @@ import polars as pl
 import pytest
 from pyarrow.fs import FileSelector
 
+from sing.cli.doctor import check_warehouse
+from sing.config import Config
 from sing.warehouse import analytics, delta, files, lease, maintenance
+from sing.warehouse.migrations import CURRENT_VERSION
 from sing.warehouse.store import Warehouse
 from tests import s3_server
 from tests.s3_server import S3Server
@@ -494,3 +499,32 @@ def test_retention_on_s3_keeps_the_local_figures(s3: str, tmp_path: Path) -> Non
     assert after == figures(local)
     assert after["samples"] == (0, None) and remote.live_files("gpu_samples") == []
     assert (after["rollup"], after["fairness"]) == (before["rollup"], before["fairness"])
+
+
+def sing_on(warehouse: str, *argv: str) -> dict:
+    """`sing --warehouse W ARGV --json` in its own process (the S3 settings from this one's
+    environment), its rows less their timings."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sing.cli", "--warehouse", warehouse, *argv, "--json"],
+        capture_output=True, text=True, timeout=300, check=True, env=os.environ,
+    ).stdout  # fmt: skip
+    return [{k: v for k, v in row.items() if k != "jobs_per_s"} for row in json.loads(out)["rows"]]
+
+
+def test_the_commands_read_s3_as_they_read_a_directory(s3: str, tmp_path: Path) -> None:
+    """`sing job` (filters on strings of merged and compacted files, which delta-rs writes as
+    Arrow views), `sing simulate --from-warehouse` and `sing doctor`'s warehouse check on S3
+    give what they give on local disk."""
+    local = Warehouse(tmp_path / "wh")
+    for wh in (local, Warehouse(s3)):
+        fill(wh)
+        wh.compact(DAY + timedelta(days=3))
+    replay = ["simulate", "--from-warehouse", "--since", "2025-12-01", "--until", "2025-12-03",
+              "--nodes", "1", "--gpus-per-node", "16"]  # fmt: skip
+    for argv in (["job", "j-n1", "--now", "2025-12-04"], replay):
+        assert sing_on(s3, *argv) == sing_on(str(tmp_path / "wh"), *argv), argv
+    finding = check_warehouse(argparse.Namespace(warehouse=s3), Config({}))
+    assert (finding.status, finding.detail) == (
+        "OK",
+        f"{s3} writable, schema v{CURRENT_VERSION}, 3 jobs",
+    )

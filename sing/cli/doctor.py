@@ -241,9 +241,10 @@ def check_warehouse(args: argparse.Namespace, config: Config) -> Finding:
     try:
         wh = Warehouse(root)
         wh.require_writable()  # creates a new site's warehouse, as its first round would
-        probe = root / ".doctor-probe"
-        probe.write_text("ok")
-        probe.unlink()
+        if isinstance(root, Path):  # an object store was written already: its commit probe
+            probe = root / ".doctor-probe"
+            probe.write_text("ok")
+            probe.unlink()
     except (OSError, UserError) as err:
         return Finding(FAIL, "warehouse", f"{root} is not writable: {err}")
     con = wh.connect()

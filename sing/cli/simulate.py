@@ -131,8 +131,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if unknown or not policies:
         raise UserError(f"--policy {args.policy!r}: choose from {', '.join(POLICIES)}")
     if args.from_warehouse:
-        source = str(config.warehouse_dir(args.warehouse))
-        trace, since, until = _site(args, Path(source))
+        root = config.warehouse_dir(args.warehouse)
+        source = str(root)
+        trace, since, until = _site(args, Warehouse.existing(root))
     else:
         source = args.trace
         trace = load_trace(args.trace, args.include_censored)
@@ -212,13 +213,11 @@ def quiet_note(rows: list[dict]) -> str | None:
     ).replace("%", " %")
 
 
-def _site(args: argparse.Namespace, directory: Path) -> tuple[Trace, float, float]:
+def _site(args: argparse.Namespace, warehouse: Warehouse) -> tuple[Trace, float, float]:
     """The warehouse's record of [--since, --until) (default: from its first job to its last
     job sync) and that window in epoch seconds."""
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no warehouse there (set --warehouse or [site] warehouse)")
     since, until = _site_time(args.since, "--since"), _site_time(args.until, "--until")
-    trace, record = load_site(Warehouse(directory), since, until, args.include_censored)
+    trace, record = load_site(warehouse, since, until, args.include_censored)
     if record.in_flight:
         print(
             f"note: {record.in_flight:,} GPU jobs submitted before the window held or waited "
@@ -341,7 +340,7 @@ def write_starts(runs: list[Replay], path: Path) -> None:
 
 
 def _store(
-    directory: Path,
+    directory: Path | str,
     source: str,
     settings: SchedulerSettings,
     rows: list[dict],

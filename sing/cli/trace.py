@@ -8,7 +8,6 @@ import json
 import pyarrow.compute as pc
 
 from sing.config import Config
-from sing.errors import UserError
 from sing.progress import Progress
 from sing.tables import print_json
 from sing.times import time_option
@@ -81,12 +80,10 @@ def _export(args: argparse.Namespace, config: Config) -> int:
     key_file = args.key_file or (
         str(config.resolve_path(settings.key_file)) if settings.key_file else ""
     )
-    warehouse = config.warehouse_dir(args.warehouse)
-    if not warehouse.is_dir():
-        raise UserError(f"{warehouse}: no warehouse there (set --warehouse or [site] warehouse)")
+    warehouse = Warehouse.existing(config.warehouse_dir(args.warehouse))
     with Progress("trace export"):
         result = export_trace(
-            Warehouse(warehouse),
+            warehouse,
             args.since,
             args.until,
             args.out,
@@ -105,10 +102,7 @@ def _attack(args: argparse.Namespace, config: Config) -> int:
     """Each policy's release, built in memory with a fresh key and attacked with what
     `sacct -a` shows; nothing is written."""
     settings = config.section("trace", TraceSettings)
-    warehouse = config.warehouse_dir(args.warehouse)
-    if not warehouse.is_dir():
-        raise UserError(f"{warehouse}: no warehouse there (set --warehouse or [site] warehouse)")
-    wh = Warehouse(warehouse)
+    wh = Warehouse.existing(config.warehouse_dir(args.warehouse))
     public = linkage.public_view(wh, args.since, args.until)
     chosen = (
         compare.scenarios(settings)[:1] if args.only_configured else compare.scenarios(settings)

@@ -200,16 +200,41 @@ def exists(location: Location) -> bool:
 def parquet_dataset(uris: list[str], schema: pa.Schema | None, day_base: str | None) -> ds.Dataset:
     """Object-store Parquet files as one Arrow dataset, which DuckDB scans lazily with
     projection and filter pushdown (its own S3 reader, httpfs, is an extension downloaded at
-    run time, which a site may not allow). `schema`: the columns wanted, missing ones NULL;
-    `day_base`: the table whose `day=` directories are the hive partition."""
+    run time, which a site may not allow). `schema`: the columns wanted, missing ones NULL (else
+    the first file's); `day_base`: the table whose `day=` directories are the hive partition.
+
+    Strings are read as Arrow's view types: delta-rs writes them so in the files of merges and
+    compactions, plain in appends, and Arrow cannot filter a dataset of both under the plain
+    type (`equal(string, string_view)`), but it casts plain files to the view type."""
     partitioning = (
         ds.partitioning(pa.schema([("day", pa.date32())]), flavor="hive") if day_base else None
     )
-    return ds.dataset(
-        [key(u) for u in uris],
-        schema=schema,
-        format="parquet",
-        filesystem=object_store(),
-        partitioning=partitioning,
-        partition_base_dir=key(day_base) if day_base else None,
-    )
+
+    def dataset(schema: pa.Schema | None) -> ds.Dataset:
+        return ds.dataset(
+            [key(u) for u in uris],
+            schema=schema,
+            format="parquet",
+            filesystem=object_store(),
+            partitioning=partitioning,
+            partition_base_dir=key(day_base) if day_base else None,
+        )
+
+    return dataset(with_string_views(schema or dataset(None).schema))
+
+
+def with_string_views(schema: pa.Schema) -> pa.Schema:
+    """`schema` with every string and binary type, nested ones too, as its view type."""
+    return pa.schema([f.with_type(_view_type(f.type)) for f in schema], schema.metadata)
+
+
+def _view_type(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return pa.string_view()
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return pa.binary_view()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return pa.list_(dtype.value_field.with_type(_view_type(dtype.value_type)))
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(_view_type(f.type)) for f in dtype])
+    return dtype

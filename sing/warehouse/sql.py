@@ -43,7 +43,9 @@ def parquet_sql(
     uris = [str(p) for p in paths]
     dataset = files.parquet_dataset(uris, schema, str(day_base) if day_base else None)
     if unify:
-        found = pa.unify_schemas([f.physical_schema for f in dataset.get_fragments()])
+        found = pa.unify_schemas(
+            [files.with_string_views(f.physical_schema) for f in dataset.get_fragments()]
+        )
         if day_base and "day" not in found.names:
             found = found.append(pa.field("day", pa.date32()))
         dataset = files.parquet_dataset(uris, found, str(day_base) if day_base else None)

@@ -93,6 +93,14 @@ class Warehouse:
         else:
             self._prepare_writing()
 
+    @classmethod
+    def existing(cls, root: Location) -> Warehouse:
+        """The warehouse at `root` (a directory or an object-store URI) for a command that reads
+        it: none there is an error naming the place, not an answer from an empty warehouse."""
+        if not files.exists(root if files.is_uri(root) else Path(root)):
+            raise UserError(f"{root}: no warehouse there (set --warehouse or [site] warehouse)")
+        return cls(root)
+
     def _read_only(self) -> bool:
         """True on a read-only mount (EROFS) or a directory this user may not write."""
         if isinstance(self.root, str):
