@@ -75,7 +75,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         if args.demo:
             raise ConfigError('--demo needs [dashboard] auth = "oidc"; "header" has no demo')
         read_proxy_secret(config.resolve_path(settings.proxy_secret_file))  # fail here, not later
-    env = {**os.environ, "SING_WAREHOUSE": str(config.warehouse_dir(args.warehouse).resolve())}
+    root = config.warehouse_dir(args.warehouse)  # absolute: the server's directory may differ
+    env = {**os.environ, "SING_WAREHOUSE": str(root.resolve() if isinstance(root, Path) else root)}
     if config.path is not None:
         env["SING_CONFIG"] = str(config.path)
     if env.pop(DEMO_ENV, None) is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from sing.config import Config
 from sing.demo.run import Demo, DemoOptions, default_home
 from sing.demo.synthetic import SAMPLE_S, check_size, generate_whole
+from sing.errors import UserError
 from sing.progress import Progress
 from sing.times import time_option
 
@@ -58,7 +59,9 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_demo_data(args: argparse.Namespace, config: Config) -> int:
-    root = Path(config.warehouse_dir(args.warehouse))
+    root = config.warehouse_dir(args.warehouse)
+    if not isinstance(root, Path):  # the generator writes Parquet files straight into days
+        raise UserError(f"demo-data writes a local directory, not {root}: give --warehouse DIR")
     check_size(args.nodes, args.gpus_per_node, args.days)  # before the directory is created
     with Progress("demo-data", total=round(args.days * 24), unit="h of history") as progress:
         counts = generate_whole(
