@@ -23,7 +23,9 @@ from pyarrow.fs import FileSelector
 
 from sing.cli.doctor import check_warehouse
 from sing.config import Config
+from sing.errors import UserError
 from sing.warehouse import analytics, delta, files, lease, maintenance
+from sing.warehouse.importer import import_file
 from sing.warehouse.migrations import CURRENT_VERSION
 from sing.warehouse.store import Warehouse
 from tests import s3_server
@@ -528,3 +530,15 @@ def test_the_commands_read_s3_as_they_read_a_directory(s3: str, tmp_path: Path) 
         "OK",
         f"{s3} writable, schema v{CURRENT_VERSION}, 3 jobs",
     )
+
+
+def test_an_import_is_recorded_on_s3_and_not_repeated(s3: str, tmp_path: Path) -> None:
+    """`sing warehouse import` keeps its record of each file's content beside the tables, in
+    the bucket: the same file again is refused and writes nothing."""
+    source = tmp_path / "jobs.parquet"
+    jobs("COMPLETED").write_parquet(source)
+    wh = Warehouse(s3)
+    assert import_file(wh, "jobs", source).rows == 3
+    with pytest.raises(UserError, match="this content was already imported into jobs"):
+        import_file(wh, "jobs", source)
+    assert wh.connect().execute("SELECT count(*) FROM jobs").fetchone() == (3,)

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from sing.errors import UserError
 from sing.jobids import job_order_sql
 from sing.schema import table
-from sing.warehouse.files import uninterrupted
+from sing.warehouse import files
+from sing.warehouse.files import Location, uninterrupted
 from sing.warehouse.store import Warehouse, conform
 
 # DuckDB types that check CSV text for each Arrow type of the schema.
@@ -74,23 +75,25 @@ def import_file(wh: Warehouse, table_name: str, path: Path) -> Imported:
     record = _import_record(wh, table_name, path)
     with uninterrupted():  # the rows and the record that they are in, or neither
         rows = wh.append(table_name, batch)
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(
-            json.dumps({"file": str(path), "rows": rows, "at": datetime.now(UTC).isoformat()})
+        if isinstance(record, Path):
+            record.parent.mkdir(parents=True, exist_ok=True)
+        files.write_text(
+            record,
+            json.dumps({"file": str(path), "rows": rows, "at": datetime.now(UTC).isoformat()}),
         )
     return Imported(rows, attributed)
 
 
-def _import_record(wh: Warehouse, table_name: str, path: Path) -> Path:
+def _import_record(wh: Warehouse, table_name: str, path: Path) -> Location:
     """Where the import of this file's content into this table is recorded, refusing a second
     import of it: appended again, every sample would count twice."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
-    record = wh.root / IMPORTS_DIR / table_name / f"{digest.hexdigest()}.json"
-    if record.exists():
-        earlier = json.loads(record.read_text())
+    record = files.join(wh.root, IMPORTS_DIR, table_name, f"{digest.hexdigest()}.json")
+    if (text := files.read_text(record)) is not None:
+        earlier = json.loads(text)
         raise UserError(
             f"{path}: this content was already imported into {table_name} on {earlier['at'][:19]} "
             f"({earlier['rows']} rows, from {earlier['file']}); nothing written "
