@@ -290,7 +290,7 @@ def test_a_held_lease_is_renewed_and_makes_others_skip(
     fill(wh)
     holder = maintainer(s3, tmp_path, "a", 3, 0, step_s=0.6)
     deadline = time.monotonic() + 60
-    while lease.NAME not in _lease_holders(s3) and time.monotonic() < deadline:
+    while lease.MAINTENANCE not in _lease_holders(s3) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(4)  # past the first lease's expiry: only renewal keeps it
     assert holder.poll() is None
