@@ -1,0 +1,117 @@
+"""Several collectors on one warehouse: what concurrent appenders cost each other, side by side.
+
+For 1 and then 3 writer processes on one fresh local warehouse, each appends ROUNDS scrape rounds
+of its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling
+`checkpoint_due()` after each as the collector does; printed: per-append latency p50/p95 (ms)
+over all writers, appends per second of all writers together, and the rows counted afterwards
+against the rows written (lost or doubled rows would show). Then the leader lease's own cost:
+taking it and renewing it (one conditional commit each), median of 20.
+
+    .venv/bin/python bench/bench_shards.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sing.warehouse import lease  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
+
+ROUNDS = 60
+NODES, GPUS = 16, 8
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def scrape(writer: int, i: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "ts": [START + timedelta(seconds=i)] * (NODES * GPUS),
+            "node": [f"w{writer}n{n}" for n in range(NODES) for _ in range(GPUS)],
+            "gpu_index": list(range(GPUS)) * NODES,
+            "util": [0.5] * (NODES * GPUS),
+        }
+    )
+
+
+def write(root: str, writer: int) -> None:
+    """One writer process: ROUNDS appends, then its latencies (ms) as JSON on stdout."""
+    wh = Warehouse(root)
+    times = []
+    for i in range(ROUNDS):
+        t = time.perf_counter()
+        wh.append("gpu_samples", scrape(writer, i))
+        times.append((time.perf_counter() - t) * 1e3)
+        wh.checkpoint_due()
+    print(json.dumps(times))
+
+
+def concurrent(writers: int) -> tuple[float, float, float, int, int]:
+    """(p50 ms, p95 ms, appends/s, rows stored, rows written) for `writers` at once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = str(Path(tmp) / "wh")
+        Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
+        started = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE
+            )
+            for w in range(writers)
+        ]
+        outs = [p.communicate()[0] for p in procs]
+        seconds = time.perf_counter() - started
+        assert all(p.returncode == 0 for p in procs)
+        times = sorted(t for out in outs for t in json.loads(out))
+        con = Warehouse(root).connect()
+        stored = con.execute("SELECT count(*) FROM gpu_samples WHERE node LIKE 'w_n%'").fetchone()
+        doubled = con.execute(
+            "SELECT count(*) FROM (SELECT node, gpu_index, ts FROM gpu_samples "
+            "GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
+        assert doubled == 0
+        p95 = times[int(0.95 * (len(times) - 1))]
+        rate = len(times) / seconds  # process start-up included: a lower bound
+        return statistics.median(times), p95, rate, stored[0], writers * ROUNDS * NODES * GPUS
+
+
+def lease_costs() -> tuple[float, float]:
+    """(take, renew) ms of the leader lease on local disk, median of 20."""
+    takes, renews = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(20):
+            t = time.perf_counter()
+            held = lease.acquire(tmp, lease.LEADER, 60)
+            takes.append((time.perf_counter() - t) * 1e3)
+            assert isinstance(held, lease.Lease)
+            t = time.perf_counter()
+            held.renew()
+            renews.append((time.perf_counter() - t) * 1e3)
+            held.release()
+    return statistics.median(takes), statistics.median(renews)
+
+
+def main() -> None:
+    print(f"{ROUNDS} appends of {NODES * GPUS} rows per writer, one local warehouse")
+    print(f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}")
+    for writers in (1, 3):
+        p50, p95, rate, stored, written = concurrent(writers)
+        print(f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}")
+    take, renew = lease_costs()
+    print(f"leader lease on local disk: take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["write"]:
+        write(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
