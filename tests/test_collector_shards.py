@@ -21,12 +21,17 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
+from deltalake.exceptions import DeltaError
 
+from sing.collector.leader import Leadership
+from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.shard import Shard, bucket
 from sing.config import Config
+from sing.warehouse import lease
 from sing.warehouse.store import Warehouse
 from tests import daemons
 from tests.ports import free_port
@@ -275,3 +280,44 @@ def test_shards_split_any_node_list_evenly_and_stably() -> None:
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert int(other.stdout) == bucket("node0001", 3)
     assert Shard.parse("").owns("anything")
+
+
+def leadership_moves(root: str | Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two collectors' claims to one warehouse's leader lease (60 s, on a clock the test moves):
+    one leads, the other follows; a clean stop hands it over at once; a leader whose renewals
+    fail (the store unreachable for its commits) stops leading while a third of its lease is
+    left, and the other takes over once it lapsed."""
+    offset = [0.0]
+    clock = SimpleNamespace(
+        time=lambda: time.time() + offset[0], strftime=time.strftime, gmtime=time.gmtime
+    )
+    monkeypatch.setattr(lease, "time", clock)
+    wh = Warehouse(root)
+    a, b = (Leadership(wh, 60.0, SelfMetrics()) for _ in range(2))
+    try:
+        assert a.leading() and not b.leading()
+        gauges = [c.metrics.registry.get_sample_value("sing_collector_leader") for c in (a, b)]
+        assert gauges == [1, 0]
+        a.release()
+        assert b.leading() and not a.leading()
+        commit = lease._commit
+
+        def unreachable(*_args: object) -> None:
+            raise DeltaError("the store does not answer")
+
+        monkeypatch.setattr(lease, "_commit", unreachable)  # no renewal (nor release) goes through
+        offset[0] += 41  # 19 s of b's lease left: less than a third
+        assert not b.leading()  # fails closed
+        assert not a.leading()  # the lease has not lapsed yet
+        monkeypatch.setattr(lease, "_commit", commit)
+        offset[0] += 20
+        assert a.leading() and not b.leading()
+    finally:  # no renewer thread left running into the interpreter's exit
+        a.release()
+        b.release()
+
+
+def test_the_leader_lease_moves_on_a_clean_stop_and_on_lapsed_renewals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leadership_moves(tmp_path / "wh", monkeypatch)

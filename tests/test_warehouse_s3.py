@@ -23,6 +23,7 @@ from sing.warehouse import analytics, delta, files, lease, maintenance
 from sing.warehouse.store import Warehouse
 from tests import s3_server
 from tests.s3_server import S3Server
+from tests.test_collector_shards import leadership_moves
 
 pytestmark = pytest.mark.skipif(
     s3_server.weed() is None,
@@ -409,3 +410,11 @@ def test_daft_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server) ->
     )
     got = list(zip(usage["user"], usage["jobs"], usage["gpu_hours"], strict=True))
     assert [(u, j, pytest.approx(h)) for u, j, h in got] == mine["fairness"]
+
+
+def test_the_leader_lease_moves_between_collectors_on_s3(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collectors' leader lease on object storage, as on local disk
+    (tests/test_collector_shards.py): taken by conditional put, handed over, failing closed."""
+    leadership_moves(s3, monkeypatch)
