@@ -282,6 +282,23 @@ def test_shards_split_any_node_list_evenly_and_stably() -> None:
     assert Shard.parse("").owns("anything")
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--shard", "4/3"], 'shard = "4/3": write "k/n" with 1 <= k <= n'),
+        (["--shard", "two"], 'shard = "two": write "k/n"'),
+        (["--shard", "1/2", "--pull", "http://127.0.0.1:1"], "run one pulling collector"),
+    ],
+)
+def test_a_bad_shard_is_a_clear_error(tmp_path: Path, options: list[str], message: str) -> None:
+    result = subprocess.run(
+        sing("--warehouse", str(tmp_path / "wh"), "collector", "--once", *options),
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
 def leadership_moves(root: str | Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two collectors' claims to one warehouse's leader lease (60 s, on a clock the test moves):
     one leads, the other follows; a clean stop hands it over at once; a leader whose renewals
