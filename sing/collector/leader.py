@@ -8,7 +8,9 @@ object storage alike. Fail closed: a collector that cannot show it holds the lea
 of its time to live to spare (the lease held by another, the store unreadable) skips the job
 and logs who leads. A killed leader's lease lapses after its time to live and the first
 collector to ask then takes it; a leader that lost its lease (its renewals failed, another took
-it) stops before its next job. A collector stopped by SIGTERM or Ctrl-C releases the lease, so
+it) stops before its next job, and leaves a lease it can no longer renew to lapse rather than
+release it, so that a job it has in flight has the rest of the lease to finish. A collector
+stopped by SIGTERM or Ctrl-C releases the lease once its jobs in flight have finished, so
 another takes over at its next try.
 """
 
@@ -47,7 +49,7 @@ class Leadership:
                     self._lease.check()
                     return True
                 except LeaseLost as err:
-                    self._lease.release()  # stops the renewals; commits nothing, it was lost
+                    self._lease.abandon()  # lapses after the jobs in flight, not before
                     self._lease = None
                     self._follow(f"lost ({err})")
             try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+from apscheduler.executors.pool import ThreadPoolExecutor as ThreadPoolJobs
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from sing.collector.convert import NodeReading
@@ -283,9 +284,11 @@ def run_forever(
     policy round, incident detection), which runs in its own thread beside the scrapes and
     never delays them, and only while this collector leads (see `leads`). The leader lease is
     also asked for every third of its time to live, so a follower takes over a lapsed one
-    promptly and the `sing_collector_leader` gauge stays current."""
+    promptly and the `sing_collector_leader` gauge stays current. On SIGTERM the jobs in
+    flight finish, then the lease is released."""
     s = collector.settings
-    scheduler = BlockingScheduler(timezone=UTC)
+    pool = ThreadPoolJobs()
+    scheduler = BlockingScheduler(timezone=UTC, executors={"default": pool})
     now = datetime.now(UTC)
     common = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
     scheduler.add_job(round_job, "interval", seconds=s.interval_s, next_run_time=now, **common)
@@ -309,6 +312,8 @@ def run_forever(
     except KeyboardInterrupt:
         pass
     finally:
+        # The jobs in flight finish first: a leader-only job must not outlive the lease.
+        pool.shutdown(wait=True)
         collector.close()
 
 

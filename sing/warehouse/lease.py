@@ -126,6 +126,14 @@ class Lease:
                 return
         _tidy(self._dt)
 
+    def abandon(self) -> None:
+        """Stop renewing and leave the entry to lapse at its expiry, not released: a holder
+        that can no longer show it holds the lease gives the steps it has in flight until then."""
+        with self._mutex:
+            self._lost = True
+        self._stop.set()
+        self._renewer.join()
+
     def _renew_until_released(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             self.renew()
