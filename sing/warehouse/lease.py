@@ -102,13 +102,14 @@ class Lease:
                 if not self._lost:
                     _commit(self._dt, renewed)
                     self.entry = renewed
-                    _tidy(self._dt)
             except CommitFailedError:
                 self._lost = True
             except (DeltaError, OSError) as err:  # the store unreachable: try again later
                 log.warning("%s not renewed: %s", self.what, err)
             if self._lost:
                 log.warning("%s of %s was taken over", self.what, self.entry.describe())
+            elif self.entry is renewed:
+                _tidy(self._dt)
 
     def release(self) -> None:
         """Stop renewing and mark the lease free, unless another host took it meanwhile."""
@@ -180,10 +181,14 @@ def _current(dt: DeltaTable) -> Entry | None:
 
 
 def _tidy(dt: DeltaTable) -> None:
-    """Checkpoint a long lease log and drop the entries older than the retention."""
-    if delta.versions_since_checkpoint(dt) >= CHECKPOINT_EVERY:
-        dt.create_checkpoint()
-        dt.cleanup_metadata()
+    """Checkpoint a long lease log and drop the entries older than the retention; a failure
+    only leaves the log longer until the next try."""
+    try:
+        if delta.versions_since_checkpoint(dt) >= CHECKPOINT_EVERY:
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+    except (DeltaError, OSError) as err:
+        log.warning("lease log not checkpointed: %s", err)
 
 
 def _entry(holder_id: str, expires_at: float) -> Entry:
