@@ -29,8 +29,11 @@ from deltalake.exceptions import DeltaError
 
 from sing.collector.leader import Leadership
 from sing.collector.selfmetrics import SelfMetrics
+from sing.collector.service import Collector
+from sing.collector.settings import CollectorSettings
 from sing.collector.shard import Shard, bucket
 from sing.config import Config
+from sing.executors.records import NodeRecord
 from sing.warehouse import lease
 from sing.warehouse.store import Warehouse
 from tests import daemons
@@ -229,6 +232,9 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     ).fetchall()
     assert {frozenset(nodes) for _, nodes, _ in rounds} == expected
     assert all(gpus == GPUS * NODES_PER_SHARD for _, _, gpus in rounds), rounds
+    # One inventory version per node: no shard wrote another's, no restart wrote one again.
+    versions = con.execute("SELECT node, count(*) FROM nodes GROUP BY node").fetchall()
+    assert sorted(versions) == sorted((n, 1) for shard in names.values() for n in shard)
     # Every round and row a collector counted as written is stored; a killed one's round in
     # flight may have some tables stored (each whole), the rest not.
     for run in fleet.runs:
@@ -281,6 +287,28 @@ def test_shards_split_any_node_list_evenly_and_stably() -> None:
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert int(other.stdout) == bucket("node0001", 3)
     assert Shard.parse("").owns("anything")
+
+
+def test_a_shard_lists_and_inventories_its_own_nodes_only(tmp_path: Path) -> None:
+    """The executor lists every node; each shard's collector keeps its own, and never reads
+    another shard's nodes as gone (a version with 0 GPUs)."""
+    names = node_names()
+    everyone = [NodeRecord(n, 8, "a100", "gpu") for shard in names.values() for n in shard]
+    wh = Warehouse(tmp_path / "wh")
+
+    def run_collector(shard: str) -> set[str]:
+        settings = CollectorSettings(shard=shard)
+        collector = Collector(Config({}), settings, wh, lambda: [], node_source=lambda _: everyone)
+        collector.sync_jobs()
+        collector.scrape_round()
+        collector.close()
+        return {node for _, node in collector.listed or {}}
+
+    assert run_collector("") == {n.node for n in everyone}  # one collector: all nodes
+    for k in range(1, SHARDS + 1):
+        assert run_collector(f"{k}/{SHARDS}") == set(names[k])
+    versions = wh.connect().execute("SELECT node, gpus FROM nodes ORDER BY node").fetchall()
+    assert versions == sorted((n.node, 8) for n in everyone)
 
 
 @pytest.mark.parametrize(
