@@ -99,6 +99,9 @@ class Run:
             float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)
         )
 
+    def answers(self) -> bool:
+        return bool(http_get(f"http://127.0.0.1:{self.port}/metrics"))
+
     def leads(self) -> bool:
         return self.metric("sing_collector_leader ") == 1
 
@@ -118,17 +121,34 @@ class Fleet:
     stack: ExitStack
     runs: list[Run] = field(default_factory=list)
 
-    def start(self, shard: int) -> Run:
+    def start(self, *shards: int) -> list[Run]:
+        """Collectors of `shards`, started together, each once its /metrics answers; one whose
+        free port was taken meanwhile (by tests running beside this one) starts again on
+        another."""
+        pending, started = list(shards), []
+        for _ in range(3):
+            runs = [self._spawn(shard) for shard in pending]
+            for run in runs:
+                wait_for(lambda r=run: r.proc.poll() is not None or r.answers(), 60, "/metrics")
+                if run.proc.poll() is None:
+                    started.append(run)
+                else:
+                    assert "Address already in use" in run.log.read_text(), run.log.read_text()
+            self.runs += [r for r in runs if r in started]
+            pending = [r.shard for r in runs if r not in started]
+            if not pending:
+                return started
+        raise AssertionError(f"shards {pending} found no free port")
+
+    def _spawn(self, shard: int) -> Run:
         port = free_port()
-        log = self.tmp_path / f"collector-{shard}-{len(self.runs)}.log"
+        log = self.tmp_path / f"collector-{shard}-{port}.log"
         argv = sing("--config", str(self.config), "--warehouse", str(self.wh.root), "collector")
         argv += ["--shard", f"{shard}/{SHARDS}", "--metrics-port", str(port)]
         started = datetime.now(UTC)
         proc = daemons.spawn(argv, log, self.env, daemons.owner_mark("shards"), cwd=REPO)
         self.stack.callback(daemons.stop, proc, 5)
-        run = Run(shard, proc, port, log, started)
-        self.runs.append(run)
-        return run
+        return Run(shard, proc, port, log, started)
 
     def live(self) -> list[Run]:
         return [r for r in self.runs if r.ended is None]
@@ -199,7 +219,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     fleet: Fleet,
 ) -> None:
     began = time.time()
-    first = [fleet.start(shard) for shard in range(1, SHARDS + 1)]
+    first = fleet.start(*range(1, SHARDS + 1))
     for run in first:
         fleet.wait_rounds(run)
     leader = fleet.leader()
@@ -208,10 +228,10 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     killed_leader_at = time.time()
     successor = fleet.leader()  # after the killed leader's lease lapsed
     assert successor is not leader
-    fleet.wait_rounds(fleet.start(leader.shard))
+    fleet.wait_rounds(*fleet.start(leader.shard))
     follower = next(r for r in fleet.live() if r is not successor)
     fleet.end(follower, signal.SIGKILL)
-    fleet.wait_rounds(fleet.start(follower.shard))
+    fleet.wait_rounds(*fleet.start(follower.shard))
     wait_for(lambda: synced_by(fleet, successor, after=killed_leader_at), 30, "a sync by the next")
     last_leader = fleet.leader()
     for run in fleet.live():
