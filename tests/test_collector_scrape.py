@@ -120,9 +120,16 @@ def collector_once(config: Path, wh: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory) -> Iterator[dict[str, int]]:
     """One `sing exporter --fake` process serving nodes a and b; {node: port}."""
-    base = tmp_path_factory.mktemp("exporter")
+    with fake_exporter(tmp_path_factory.mktemp("exporter"), ["a", "b"]) as ports:
+        yield ports
+
+
+@contextmanager
+def fake_exporter(base: Path, names: list[str]) -> Iterator[dict[str, int]]:
+    """One `sing exporter --fake` process serving `names`, each a NODE_YAML node on a port of
+    its own, up and answering; {node: port}."""
     (base / "node.yaml").write_text(NODE_YAML)
-    ports = {"a": free_port(), "b": free_port()}
+    ports = {name: free_port() for name in names}
     nodes = [f"--node={name}:{port}" for name, port in ports.items()]
     argv = sing(
         "exporter",

@@ -229,6 +229,23 @@ def test_writer_killed_mid_stream_loses_at_most_its_in_flight_batch(tmp_path: Pa
 
 
 @pytest.mark.timeout(120)
+def test_three_writers_at_once_one_killed_lose_and_double_nothing(tmp_path: Path) -> None:
+    """Three writer processes append to one table at once, as sharded collectors do; one is
+    killed mid-stream: every batch the others and it reported is stored whole and once."""
+    root, rows = tmp_path / "wh", 256
+    wh = Warehouse(root)
+    wh.append("gpu_samples", batch(99_999_999, rows))  # the table exists before the race
+    writers = [spawn("writer", root, w * 1_000_000, rows, 4.0, 20) for w in range(3)]
+    printed = kill_after(writers[0], 0.5, after_lines=1, may_finish=True)
+    committed = {int(i) for i in printed} | {99_999_999}
+    for writer in writers[1:]:
+        committed |= {int(i) for i in finish(writer)[1:]}
+    present = assert_exact(wh, rows, committed)
+    assert len(present - committed) <= 1, "only the killed writer's in-flight batch unreported"
+    assert len(committed) > 40
+
+
+@pytest.mark.timeout(120)
 def test_compactor_killed_mid_merge_leaves_exact_data(tmp_path: Path, monkeypatch) -> None:
     """(d): SIGKILL compact() at random moments during merges; data stays exact, then heals."""
     root, rows = tmp_path / "wh", 4000

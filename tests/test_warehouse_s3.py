@@ -30,6 +30,7 @@ from sing.warehouse.migrations import CURRENT_VERSION
 from sing.warehouse.store import Warehouse
 from tests import s3_server
 from tests.s3_server import S3Server
+from tests.test_collector_shards import leadership_moves
 
 pytestmark = pytest.mark.skipif(
     s3_server.weed() is None,
@@ -297,7 +298,7 @@ def test_a_held_lease_is_renewed_and_makes_others_skip(
     fill(wh)
     holder = maintainer(s3, tmp_path, "a", 3, 0, step_s=0.6)
     deadline = time.monotonic() + 60
-    while lease.NAME not in _lease_holders(s3) and time.monotonic() < deadline:
+    while lease.MAINTENANCE not in _lease_holders(s3) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(4)  # past the first lease's expiry: only renewal keeps it
     assert holder.poll() is None
@@ -542,3 +543,11 @@ def test_an_import_is_recorded_on_s3_and_not_repeated(s3: str, tmp_path: Path) -
     with pytest.raises(UserError, match="this content was already imported into jobs"):
         import_file(wh, "jobs", source)
     assert wh.connect().execute("SELECT count(*) FROM jobs").fetchone() == (3,)
+
+
+def test_the_leader_lease_moves_between_collectors_on_s3(
+    s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collectors' leader lease on object storage, as on local disk
+    (tests/test_collector_shards.py): taken by conditional put, handed over, failing closed."""
+    leadership_moves(s3, monkeypatch)

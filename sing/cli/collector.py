@@ -10,10 +10,13 @@ from collections.abc import Callable
 from sing.collector import inventory
 from sing.collector.client import ScrapeClient
 from sing.collector.jobsync import load_job_sync
+from sing.collector.leader import Leadership
 from sing.collector.plugins import load_source
 from sing.collector.pull import PrometheusPull
+from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.service import Collector, run_forever
 from sing.collector.settings import CollectorSettings
+from sing.collector.shard import Shard
 from sing.collector.targets import FileSD, Target, slurm_targets, target_from
 from sing.config import Config
 from sing.errors import UserError
@@ -35,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--pull", metavar="URL", help="read from this Prometheus server instead")
     p.add_argument("--interval", type=float, help="seconds between rounds")
+    p.add_argument(
+        "--shard", metavar="K/N", help="scrape only shard K of N of the targets (by node name)"
+    )
     p.add_argument("--metrics-port", type=int, help="port of the collector's own /metrics (0: off)")
     p.set_defaults(func=run)
 
@@ -47,17 +53,19 @@ def settings_from(args: argparse.Namespace, config: Config) -> CollectorSettings
         "targets": tuple(args.target) or None,
         "prometheus_url": args.pull,
         "interval_s": args.interval,
+        "shard": args.shard,
         "metrics_port": args.metrics_port,
     }
     return dataclasses.replace(s, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def target_source(settings: CollectorSettings, config: Config) -> Callable[[], list[Target]]:
-    """A callable giving the current targets, from the first configured source, each with
-    the [collector]'s TLS and basic auth settings."""
+    """A callable giving the current targets of this collector's shard, from the first
+    configured source, each with the [collector]'s TLS and basic auth settings."""
     client = ScrapeClient.from_settings(settings, config)
     source = _addresses(settings, config)
-    return lambda: [dataclasses.replace(t, client=client) for t in source()]
+    shard = Shard.parse(settings.shard)
+    return lambda: [dataclasses.replace(t, client=client) for t in source() if shard.owns(t.node)]
 
 
 def _addresses(settings: CollectorSettings, config: Config) -> Callable[[], list[Target]]:
@@ -77,6 +85,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     settings = settings_from(args, config)
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     warehouse.require_writable()  # the first round creates a new site's warehouse
+    metrics = SelfMetrics()
     collector = Collector(
         config,
         settings,
@@ -86,7 +95,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
         node_source=load_source(
             settings.node_inventory, config, inventory.DEFAULT, "node_inventory"
         ),
+        metrics=metrics,
+        # One round syncs jobs itself; a running collector only while it leads.
+        leadership=None
+        if args.once
+        else Leadership(warehouse, settings.leader_lease_ttl_s, metrics),
     )
+    if settings.shard:
+        log.info("shard %s: scraping the targets whose node name hashes to it", settings.shard)
     if settings.prometheus_url:
         round_job = PrometheusPull(collector, settings.prometheus_url).pull_round
     else:

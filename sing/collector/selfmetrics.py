@@ -58,6 +58,12 @@ class SelfMetrics:
             ["command", "reason"],
             registry=r,
         )
+        self.leader = Gauge(
+            "sing_collector_leader",
+            "1 while this collector holds the warehouse's leader lease and so runs job sync, "
+            "policy and detection rounds and maintenance; 0 while another collector does.",
+            registry=r,
+        )
         self.last_round = Gauge(
             "sing_collector_last_round_timestamp_seconds", "When the last round ended.", registry=r
         )

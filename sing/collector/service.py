@@ -20,17 +20,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+from apscheduler.executors.pool import ThreadPoolExecutor as ThreadPoolJobs
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from sing.collector.convert import NodeReading
 from sing.collector.counters import CounterDeltas
 from sing.collector.health import LastValues
-from sing.collector.inventory import NodeKey, load_inventory
+from sing.collector.inventory import Inventory, NodeKey, load_inventory
 from sing.collector.jobsync import JobSync, running_allocations
+from sing.collector.leader import Leadership
 from sing.collector.rows import HOST_COUNTERS, Allocations, RoundRows
 from sing.collector.scrape import scrape
 from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.settings import CollectorSettings
+from sing.collector.shard import Shard
 from sing.collector.targets import Target
 from sing.collector.writer import BufferedWriter
 from sing.config import Config
@@ -65,7 +68,10 @@ class Collector:
         job_sync: JobSync | None = None,
         node_source: NodeSource | None = None,
         metrics: SelfMetrics | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
+        """`leadership`: the leader lease this collector must hold to sync jobs and maintain
+        the warehouse (None: it always does, as one `--once` round or a library caller)."""
         self.config = config
         self.settings = settings
         self.warehouse = warehouse
@@ -74,9 +80,13 @@ class Collector:
         self.node_source = node_source
         self.cluster = config.site.cluster
         self.metrics = metrics or SelfMetrics()
+        self.leadership = leadership
+        self.shard = Shard.parse(settings.shard)
         self.writer = BufferedWriter(warehouse, settings.buffer_max_rows, self.metrics)
         self.deltas = seeded_deltas(warehouse, self.cluster)
-        self.inventory = load_inventory(warehouse, self.cluster)
+        # Only this shard's nodes: another shard's are not listed here, and must not read as gone.
+        stored = load_inventory(warehouse, self.cluster).last
+        self.inventory = Inventory({k: v for k, v in stored.items() if self.shard.owns(k[1])})
         self.last_health = LastValues()  # a restart writes each health series' first reading again
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
@@ -147,8 +157,9 @@ class Collector:
         """Pull job records through the executor adapter, then refresh running allocations
         and the executor's node list (a failed listing keeps the previous one: a broken sinfo
         must not read as every node gone). A scheduler command that failed is counted and
-        recorded (`_command_failed`)."""
-        if self.job_sync is not None:
+        recorded (`_command_failed`). Job records are synced by the leader only; every
+        collector reads the allocations and lists its shard's nodes."""
+        if self.job_sync is not None and self.leads("job sync"):
             try:
                 self.job_sync(self.config, self.warehouse)
                 self.metrics.job_syncs.labels("ok").inc()
@@ -165,7 +176,8 @@ class Collector:
                 self._command_failed(err)
                 log.exception("node inventory from the executor failed; keeping the last one")
             else:
-                self.listed = {(self.cluster, n.node): n for n in nodes}
+                owned = (n for n in nodes if self.shard.owns(n.node))
+                self.listed = {(self.cluster, n.node): n for n in owned}
 
     def _command_failed(self, err: Exception) -> None:
         """Count a scheduler command's failure by command and reason, and record it in
@@ -176,8 +188,27 @@ class Collector:
 
             record_command_failure(self.warehouse, self.cluster, err, actor("sing collector"))
 
+    def leads(self, what: str) -> bool:
+        """Whether to run `what`, which must run in one collector of those writing the
+        warehouse: the leader (`sing.collector.leader`)."""
+        if self.leadership is None or self.leadership.leading():
+            return True
+        log.debug("%s skipped: this collector is not the leader", what)
+        return False
+
+    def leader_only(self, what: str, job: Callable[[], object]) -> Callable[[], None]:
+        """`job` as a scheduled job that runs only while this collector leads."""
+
+        def run() -> None:
+            if self.leads(what):
+                job()
+
+        return run
+
     def maintain(self) -> None:
-        """Compact the warehouse, and age out raw samples when retention is set."""
+        """Compact the warehouse, and age out raw samples when retention is set (leader only)."""
+        if not self.leads("maintenance"):
+            return
         try:
             result = self.warehouse.compact()
             log.info("compaction: %s", result)
@@ -190,6 +221,8 @@ class Collector:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.leadership is not None:
+            self.leadership.release()
 
 
 def seeded_deltas(warehouse: Warehouse, default_cluster: str) -> CounterDeltas:
@@ -249,9 +282,13 @@ def run_forever(
     """Run rounds, job sync and maintenance on their intervals until SIGTERM or Ctrl-C; and
     each of `jobs` = (a round, its interval in seconds; None: none) as a job of its own (the
     policy round, incident detection), which runs in its own thread beside the scrapes and
-    never delays them."""
+    never delays them, and only while this collector leads (see `leads`). The leader lease is
+    also asked for every third of its time to live, so a follower takes over a lapsed one
+    promptly and the `sing_collector_leader` gauge stays current. On SIGTERM the jobs in
+    flight finish, then the lease is released."""
     s = collector.settings
-    scheduler = BlockingScheduler(timezone=UTC)
+    pool = ThreadPoolJobs()
+    scheduler = BlockingScheduler(timezone=UTC, executors={"default": pool})
     now = datetime.now(UTC)
     common = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
     scheduler.add_job(round_job, "interval", seconds=s.interval_s, next_run_time=now, **common)
@@ -261,13 +298,22 @@ def run_forever(
     scheduler.add_job(collector.maintain, "interval", seconds=s.maintenance_interval_s, **common)
     for job in filter(None, jobs):
         job_round, interval_s = job
-        scheduler.add_job(job_round, "interval", seconds=interval_s, **common)
+        what = job_round.__qualname__.split(".")[0]  # policy_job, detection_job
+        scheduler.add_job(
+            collector.leader_only(what, job_round), "interval", seconds=interval_s, **common
+        )
+    if collector.leadership is not None:
+        poll_s = collector.leadership.ttl_s / 3
+        leading = collector.leadership.leading
+        scheduler.add_job(leading, "interval", seconds=poll_s, next_run_time=now, **common)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
     try:
         scheduler.start()
     except KeyboardInterrupt:
         pass
     finally:
+        # The jobs in flight finish first: a leader-only job must not outlive the lease.
+        pool.shutdown(wait=True)
         collector.close()
 
 

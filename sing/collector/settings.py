@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from sing.collector.shard import Shard
 from sing.errors import UserError
 from sing.warehouse.coverage import DEFAULT_INTERVAL_S
 
@@ -35,6 +36,12 @@ class CollectorSettings:
     tls_key_file: str = ""
     basic_auth_username: str = ""
     basic_auth_password_file: str = ""  # the password (one line); never the password itself
+    # Several collectors on one warehouse: "k/n" scrapes the targets whose node name hashes to
+    # shard k of n (sing/collector/shard.py); "" scrapes them all.
+    shard: str = ""
+    # Of the collectors writing one warehouse, the holder of its leader lease runs job sync,
+    # policy and detection rounds and maintenance; a dead leader's lease lapses after this long.
+    leader_lease_ttl_s: float = 60.0
     # Pull mode: read the series from this Prometheus server instead of scraping.
     prometheus_url: str = ""
     # Pull mode: on start, read back at most this far (or from the newest stored sample).
@@ -73,3 +80,10 @@ class CollectorSettings:
             raise UserError(f"{where} tls_cert_file and tls_key_file go together")
         if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
             raise UserError(f"{where} basic_auth_username and basic_auth_password_file go together")
+        if Shard.parse(self.shard).count > 1 and self.prometheus_url:
+            raise UserError(
+                f"{where} shard splits scraped targets; pull mode reads the whole Prometheus "
+                "server, so run one pulling collector"
+            )
+        if self.leader_lease_ttl_s < 3:
+            raise UserError(f"{where} leader_lease_ttl_s must be at least 3 (seconds)")

@@ -1,19 +1,23 @@
-"""The maintenance lease of a warehouse on object storage: one maintainer across hosts.
+"""Named leases of a warehouse: one holder across processes and hosts, by conditional commits.
 
-Locally `flock` serialises maintenance; on object storage a flock is one host's only, and two
-hosts compacting or vacuuming one table at once can lose data (delta-rs compaction from a stale
-snapshot re-adds removed files; vacuum deletes files another compaction still names). So a
-maintainer there first takes this lease: a tiny Delta table, `ROOT/_sing_maintenance`, whose
-newest commit says who holds it (holder id, host, pid, expiry) in its commit metadata.
+The maintenance lease (`MAINTENANCE`): locally `flock` serialises maintenance; on object storage a
+flock is one host's only, and two hosts compacting or vacuuming one table at once can lose data
+(delta-rs compaction from a stale snapshot re-adds removed files; vacuum deletes files another
+compaction still names). So a maintainer there first takes this lease. The leader lease
+(`LEADER`): of several collectors writing one warehouse, the one holding it runs job sync, policy
+and detection rounds and maintenance (sing/collector/leader.py), on local disk and object storage
+alike. Each lease is a tiny Delta table, `ROOT/<name>`, whose newest commit says who holds it
+(holder id, host, pid, expiry) in its commit metadata.
 
 Taking, renewing and releasing the lease are each one commit of the next version with no retry
 (`max_commit_retries=0`), which delta-rs writes by conditional put (`If-None-Match: *`, checked
-at opening by `store.check_conditional_put`): of any hosts that read version n, exactly one
-writes n+1, and the others are refused. A lease is taken only when the newest entry is released
-or expired; a dead holder's lease lapses `TTL_S` after its last renewal. The holder renews
-every `TTL_S / 3` from a thread and, before each step that commits or deletes, `check`s that it
-still holds the lease with at least `TTL_S / 3` to spare, else the step is not run. Hosts'
-clocks must agree far better than that (NTP), since expiry is a wall-clock time.
+at opening by `store.check_conditional_put`; on local disk by a rename that refuses to replace):
+of any processes that read version n, exactly one writes n+1, and the others are refused. A
+lease is taken only when the newest entry is released or expired; a dead holder's lease lapses
+its time to live (`ttl_s`) after its last renewal. The holder renews every `ttl_s / 3` from a
+thread and, before each step that commits or deletes, `check`s that it still holds the lease
+with at least `ttl_s / 3` to spare, else the step is not run. Hosts' clocks must agree far
+better than that (NTP), since expiry is a wall-clock time.
 """
 
 from __future__ import annotations
@@ -31,20 +35,23 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from sing.warehouse import delta, files
+from sing.warehouse.files import Location
 
 log = logging.getLogger(__name__)
 
-NAME = "_sing_maintenance"
-# A holder that stops renewing (killed, its host gone) blocks others this long at most.
+MAINTENANCE = "_sing_maintenance"
+LEADER = "_sing_leader"
+# A maintainer that stops renewing (killed, its host gone) blocks others this long at most.
 TTL_S = 600.0
 # The lease log is checkpointed (and old entries dropped) once this many entries follow the last.
 CHECKPOINT_EVERY = 50
 _SCHEMA = pa.schema([pa.field("unused", pa.int8())])
-_CONFIG = {"delta.logRetentionDuration": "interval 1 days"}
+# A lease held for months renews thousands of times a day: old entries go after an hour.
+_CONFIG = {"delta.logRetentionDuration": "interval 1 hours"}
 
 
 class LeaseLost(RuntimeError):
-    """The lease lapsed or another host took it: the maintainer must stop before its next step."""
+    """The lease lapsed or another host took it: the holder must stop before its next step."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,13 @@ class Entry:
 
 
 class Lease:
-    """A held maintenance lease; renewed from a thread until `release`."""
+    """A held lease; renewed from a thread until `release`."""
 
-    def __init__(self, dt: DeltaTable, entry: Entry) -> None:
+    def __init__(self, dt: DeltaTable, entry: Entry, name: str, ttl_s: float) -> None:
         self._dt = dt
         self.entry = entry
+        self.ttl_s = ttl_s
+        self.what = f"{name.removeprefix('_sing_')} lease"
         self._lost = False
         self._mutex = threading.Lock()
         self._stop = threading.Event()
@@ -74,12 +83,12 @@ class Lease:
         self._renewer.start()
 
     def check(self) -> None:
-        """Raise `LeaseLost` unless the lease is held with `TTL_S / 3` to spare (renewing it
+        """Raise `LeaseLost` unless the lease is held with `ttl_s / 3` to spare (renewing it
         now if need be)."""
-        if not self._lost and self.entry.expires_at - time.time() < TTL_S / 3:
+        if not self._lost and self.entry.expires_at - time.time() < self.ttl_s / 3:
             self.renew()
-        if self._lost or self.entry.expires_at - time.time() < TTL_S / 3:
-            raise LeaseLost(f"maintenance lease of {self.entry.describe()} lost or lapsing")
+        if self._lost or self.entry.expires_at - time.time() < self.ttl_s / 3:
+            raise LeaseLost(f"{self.what} of {self.entry.describe()} lost or lapsing")
 
     def renew(self) -> None:
         """Extend the lease by committing the version after the newest, which must be ours:
@@ -87,7 +96,7 @@ class Lease:
         with self._mutex:
             if self._lost:
                 return
-            renewed = _entry(self.entry.holder, time.time() + TTL_S)
+            renewed = _entry(self.entry.holder, time.time() + self.ttl_s)
             try:
                 self._lost = _current(self._dt) != self.entry
                 if not self._lost:
@@ -96,9 +105,11 @@ class Lease:
             except CommitFailedError:
                 self._lost = True
             except (DeltaError, OSError) as err:  # the store unreachable: try again later
-                log.warning("maintenance lease not renewed: %s", err)
+                log.warning("%s not renewed: %s", self.what, err)
             if self._lost:
-                log.warning("maintenance lease of %s was taken over", self.entry.describe())
+                log.warning("%s of %s was taken over", self.what, self.entry.describe())
+            elif self.entry is renewed:
+                _tidy(self._dt)
 
     def release(self) -> None:
         """Stop renewing and mark the lease free, unless another host took it meanwhile."""
@@ -112,20 +123,29 @@ class Lease:
                 if _current(self._dt) == self.entry:
                     _commit(self._dt, _entry(self.entry.holder, 0.0))
             except (CommitFailedError, DeltaError, OSError) as err:
-                log.warning("maintenance lease not released (it lapses by itself): %s", err)
+                log.warning("%s not released (it lapses by itself): %s", self.what, err)
                 return
-        if delta.versions_since_checkpoint(self._dt) >= CHECKPOINT_EVERY:
-            self._dt.create_checkpoint()
-            self._dt.cleanup_metadata()
+        _tidy(self._dt)
+
+    def abandon(self) -> None:
+        """Stop renewing and leave the entry to lapse at its expiry, not released: a holder
+        that can no longer show it holds the lease gives the steps it has in flight until then."""
+        with self._mutex:
+            self._lost = True
+        self._stop.set()
+        self._renewer.join()
 
     def _renew_until_released(self) -> None:
-        while not self._stop.wait(TTL_S / 3):
+        while not self._stop.wait(self.ttl_s / 3):
             self.renew()
 
 
-def acquire(root: str) -> Lease | str:
-    """Take the warehouse's maintenance lease: a `Lease`, or why not (another holds it)."""
-    path, options = str(files.join(root, NAME)), files.storage_options()
+def acquire(root: Location, name: str = MAINTENANCE, ttl_s: float | None = None) -> Lease | str:
+    """Take the warehouse's lease `name` for `ttl_s` seconds (default `TTL_S`; renewed while
+    held): a `Lease`, or why not (another holds it)."""
+    ttl_s = ttl_s or TTL_S
+    path = str(files.join(root, name))
+    options = files.storage_options() if files.is_uri(root) else None
     try:
         DeltaTable.create(
             path, _SCHEMA, mode="ignore", configuration=_CONFIG, storage_options=options
@@ -137,13 +157,13 @@ def acquire(root: str) -> Lease | str:
     current = _current(dt)
     if current is not None and current.expires_at > time.time():
         return f"held by {current.describe()}"
-    mine = _entry(uuid.uuid4().hex, time.time() + TTL_S)
+    mine = _entry(uuid.uuid4().hex, time.time() + ttl_s)
     try:
         _commit(dt, mine)
     except CommitFailedError:
         winner = _current(dt)
         return f"taken at the same moment by {winner.describe() if winner else 'another host'}"
-    return Lease(dt, mine)
+    return Lease(dt, mine, name, ttl_s)
 
 
 def _current(dt: DeltaTable) -> Entry | None:
@@ -158,6 +178,17 @@ def _current(dt: DeltaTable) -> Entry | None:
         pid=int(newest["sing.lease.pid"]),
         expires_at=float(newest["sing.lease.expires_at"]),
     )
+
+
+def _tidy(dt: DeltaTable) -> None:
+    """Checkpoint a long lease log and drop the entries older than the retention; a failure
+    only leaves the log longer until the next try."""
+    try:
+        if delta.versions_since_checkpoint(dt) >= CHECKPOINT_EVERY:
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+    except (DeltaError, OSError) as err:
+        log.warning("lease log not checkpointed: %s", err)
 
 
 def _entry(holder_id: str, expires_at: float) -> Entry:

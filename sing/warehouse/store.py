@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 MICROS_PER_DAY = 86_400_000_000
 # Commit metadata naming the sample batches a commit holds (see `Warehouse.append`).
 BATCHES = "sing.batches"
-# How many of a table's newest commits `landed` reads: a retry comes a round or two later.
-RETRY_HISTORY = 64
+# How many of a table's newest commits `landed` reads: a retry comes a round or two later,
+# after a commit or two of each other collector writing the warehouse (up to tens of them).
+RETRY_HISTORY = 256
 
 
 class Warehouse:

@@ -1,0 +1,161 @@
+"""Several collectors on one warehouse: what concurrent appenders cost each other, side by side.
+
+For 1 and then 3 writer processes on one fresh local warehouse, each appends ROUNDS scrape rounds
+of its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling
+`checkpoint_due()` after each as the collector does; printed: per-append latency p50/p95 (ms)
+over all writers, appends per second of all writers together, and the rows counted afterwards
+against the rows written (lost or doubled rows would show). Then the leader lease's own cost:
+taking it and renewing it (one conditional commit each), median of 20; and its failover: a
+process holding a 6 s lease is killed (SIGKILL) at a random point of its renewal cycle while
+another asks for it every 2 s, as a follower collector does: seconds from the kill to the
+follower leading, 5 times (the design bounds it to 2/3 to 4/3 of the time to live).
+
+    .venv/bin/python bench/bench_shards.py
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sing.collector.leader import Leadership  # noqa: E402
+from sing.collector.selfmetrics import SelfMetrics  # noqa: E402
+from sing.warehouse import lease  # noqa: E402
+from sing.warehouse.store import Warehouse  # noqa: E402
+
+ROUNDS = 60
+FAILOVER_TTL_S = 6.0
+NODES, GPUS = 16, 8
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def scrape(writer: int, i: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "ts": [START + timedelta(seconds=i)] * (NODES * GPUS),
+            "node": [f"w{writer}n{n}" for n in range(NODES) for _ in range(GPUS)],
+            "gpu_index": list(range(GPUS)) * NODES,
+            "util": [0.5] * (NODES * GPUS),
+        }
+    )
+
+
+def write(root: str, writer: int) -> None:
+    """One writer process: ROUNDS appends, then its latencies (ms) and when it began and ended
+    appending (epoch s) as JSON on stdout."""
+    wh = Warehouse(root)
+    times = []
+    began = time.time()
+    for i in range(ROUNDS):
+        t = time.perf_counter()
+        wh.append("gpu_samples", scrape(writer, i))
+        times.append((time.perf_counter() - t) * 1e3)
+        wh.checkpoint_due()
+    print(json.dumps({"times": times, "began": began, "ended": time.time()}))
+
+
+def concurrent(writers: int) -> tuple[float, float, float, int, int]:
+    """(p50 ms, p95 ms, appends/s, rows stored, rows written) for `writers` at once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = str(Path(tmp) / "wh")
+        Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE
+            )
+            for w in range(writers)
+        ]
+        outs = [json.loads(p.communicate()[0]) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        times = sorted(t for out in outs for t in out["times"])
+        seconds = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
+        con = Warehouse(root).connect()
+        stored = con.execute("SELECT count(*) FROM gpu_samples WHERE node LIKE 'w_n%'").fetchone()
+        doubled = con.execute(
+            "SELECT count(*) FROM (SELECT node, gpu_index, ts FROM gpu_samples "
+            "GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
+        assert doubled == 0
+        p95 = times[int(0.95 * (len(times) - 1))]
+        rate = len(times) / seconds  # from the first writer's first append to the last's last
+        return statistics.median(times), p95, rate, stored[0], writers * ROUNDS * NODES * GPUS
+
+
+def lease_costs() -> tuple[float, float]:
+    """(take, renew) ms of the leader lease on local disk, median of 20."""
+    takes, renews = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(20):
+            t = time.perf_counter()
+            held = lease.acquire(tmp, lease.LEADER, 60)
+            takes.append((time.perf_counter() - t) * 1e3)
+            assert isinstance(held, lease.Lease)
+            t = time.perf_counter()
+            held.renew()
+            renews.append((time.perf_counter() - t) * 1e3)
+            held.release()
+    return statistics.median(takes), statistics.median(renews)
+
+
+def hold(root: str) -> None:
+    """A leader that keeps its lease (renewed from its thread) until it is killed."""
+    held = Leadership(Warehouse(root), FAILOVER_TTL_S, SelfMetrics())
+    assert held.leading()
+    print("held", flush=True)
+    time.sleep(3600)
+
+
+def failover() -> list[float]:
+    """Seconds from a leader's SIGKILL to a follower leading, 5 times."""
+    seconds = []
+    rng = random.Random(1)
+    for _ in range(5):
+        with tempfile.TemporaryDirectory() as root:
+            leader = subprocess.Popen(
+                [sys.executable, __file__, "hold", root], stdout=subprocess.PIPE, text=True
+            )
+            assert leader.stdout is not None and leader.stdout.readline().strip() == "held"
+            time.sleep(rng.uniform(0, FAILOVER_TTL_S))
+            follower = Leadership(Warehouse(root), FAILOVER_TTL_S, SelfMetrics())
+            assert not follower.leading()
+            leader.send_signal(signal.SIGKILL)
+            leader.wait()
+            killed = time.monotonic()
+            while not follower.leading():
+                time.sleep(FAILOVER_TTL_S / 3)
+            seconds.append(time.monotonic() - killed)
+            follower.release()
+    return seconds
+
+
+def main() -> None:
+    print(f"{ROUNDS} appends of {NODES * GPUS} rows per writer, one local warehouse")
+    print(f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}")
+    for writers in (1, 3):
+        p50, p95, rate, stored, written = concurrent(writers)
+        print(f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}")
+    take, renew = lease_costs()
+    print(f"leader lease on local disk: take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
+    took = ", ".join(f"{s:.1f}" for s in failover())
+    print(f"failover after SIGKILL, lease of {FAILOVER_TTL_S:g} s, polled every 2 s: {took} s")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["write"]:
+        write(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:2] == ["hold"]:
+        hold(sys.argv[2])
+    else:
+        main()
