@@ -126,12 +126,19 @@ def add_health(values: HealthValues, s: Sample) -> None:
 class LastValues:
     """The last value of each health series, to write a row only when it changes."""
 
-    def __init__(self, last: dict[Hashable, float] | None = None) -> None:
+    def __init__(
+        self,
+        last: dict[Hashable, float] | None = None,
+        nodes: dict[tuple[str, str], HealthValues] | None = None,
+    ) -> None:
         self._last: dict[Hashable, float] = dict(last or {})
         # (cluster, node) -> the keys of its XID series, to see one vanish
         self._xids: dict[Hashable, set[tuple]] = {}
         for key in self._last:
             self._index(key)
+        # (cluster, node) -> its values as last read whole: a node whose health reads the same
+        # again (nearly every node, nearly every round) is compared in one step
+        self._nodes: dict[tuple[str, str], HealthValues] = dict(nodes or {})
 
     def _index(self, key: Hashable) -> None:
         if isinstance(key, tuple) and len(key) == 6 and str(key[5]).startswith("xid_"):
@@ -150,9 +157,16 @@ class LastValues:
         """The node's XID series seen so far, with their last values."""
         return [(key, self._last[key]) for key in self._xids.get((cluster, node), ())]
 
+    def same_as_last(self, cluster: str, node: str, values: HealthValues) -> bool:
+        """Whether the node's values are those of its last reading, every one remembered."""
+        return self._nodes.get((cluster, node)) == values
+
+    def remember(self, cluster: str, node: str, values: HealthValues) -> None:
+        self._nodes[(cluster, node)] = dict(values)
+
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
-        return LastValues(self._last)
+        return LastValues(self._last, self._nodes)
 
 
 def health_rows(
@@ -165,6 +179,9 @@ def health_rows(
     gets a 0 row. Otherwise the same XID coming back at the same count would look unchanged and
     open no incident. A GPU that is not in the reading at all (lost, or the scrape failed) keeps
     its counts."""
+    if last.same_as_last(cluster, node, values):
+        return []  # every value as remembered: no XID series can have vanished either
+    last.remember(cluster, node, values)
     gpus = {key[:3] for key in values}
     for key, value in last.xid_series(cluster, node):
         series = key[2:]

@@ -38,6 +38,10 @@ _VALUE_TIMESTAMP = re.compile(
     r"(?:[ \t]+([+-]?[0-9]+))?\s*",
     re.IGNORECASE | re.ASCII,
 )
+# A label pair of the common form: no escape, no blank (the fast path's; the rest are parsed
+# by _LABEL and _QUOTED_LABEL).
+_PLAIN_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
+_PLAIN_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INT64 = 2**63
 _BRACE_LINE = re.compile(r"\n[ \t]*\{")  # a literal first character: the scan runs at C speed
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
@@ -62,12 +66,51 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
     wanted line raises ParseError (the caller records the target as failed: half a node's
     GPUs would be worse than none).
     """
-    out: list[Sample] = []
     wanted = frozenset(wanted)
     if not wanted:
-        return out
-    # Lines that open with `{` (a quoted name) are rare: the scan looks for them only if present.
+        return []
+    # Lines that open with `{` (a quoted name) are rare: only the complete parse reads them.
     brace_first = text.lstrip(" \t").startswith("{") or _BRACE_LINE.search(text) is not None
+    if not brace_first:
+        try:
+            return _parse_fast(text, wanted)
+        except ValueError:
+            pass  # a malformed wanted line: the complete parse names it
+    return _parse_complete(text, wanted, brace_first)
+
+
+def _parse_fast(text: str, wanted: frozenset[str]) -> list[Sample]:
+    """The common lines, `name{a="b",c="d"} value [timestamp]` without escapes, parsed by one
+    regex scan (in C) with their label sets and values; any other wanted line by `_parse_line`.
+    A ValueError means some wanted line is malformed: `_parse_complete` says which."""
+    out: list[Sample] = []
+    append = out.append
+    pairs_of = _PLAIN_PAIR.findall
+    # Every line ends in a newline and follows one, so the scan looks for one literal character.
+    for name, labels, value, timestamp, rest in _fast_finder(wanted).findall(f"\n{text}\n"):
+        if not value:  # not the plain form
+            append(_parse_line(name, rest))
+            continue
+        if labels:
+            pairs = pairs_of(labels)
+            label_dict = dict(pairs)
+            if len(label_dict) < len(pairs) or "__name__" in label_dict:
+                raise ValueError("duplicate or reserved label name")
+        else:
+            label_dict = {}
+        if timestamp:
+            stamp = int(timestamp)
+            if not -_INT64 <= stamp < _INT64:
+                raise ValueError("timestamp out of int64 range")
+            append(Sample(name, label_dict, float(value), stamp))
+        else:
+            append(Sample(name, label_dict, float(value)))
+    return out
+
+
+def _parse_complete(text: str, wanted: frozenset[str], brace_first: bool) -> list[Sample]:
+    """Every wanted line by `_parse_line`; a malformed one raises ParseError with its number."""
+    out: list[Sample] = []
     for match in _line_finder(wanted, brace_first).finditer(text):
         try:
             name, rest = match.groups()
@@ -78,6 +121,39 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
             number = text.count("\n", 0, match.start()) + 1
             raise ParseError(f"line {number}: {err}: {match.group(0)[:200]!r}") from None
     return out
+
+
+@functools.lru_cache(maxsize=32)
+def _fast_finder(wanted: frozenset[str]) -> re.Pattern[str]:
+    """A regex for the wanted lines of a newline-framed payload: the name, then the plain form's
+    label set, value (never empty) and timestamp, or else the line after the name, for
+    `_parse_line`. The names are a trie, so the scan reads each line's name once rather than
+    trying every wanted name in turn."""
+    plain = (
+        rf"(?:\{{((?:{_PLAIN_LABEL},)*(?:{_PLAIN_LABEL})?)\}})?"
+        r" ([-+0-9.eE]+|[-+]?Inf|NaN)(?: (-?[0-9]+))?(?=\n)"
+    )
+    return re.compile(rf"\n[ \t]*({_trie(wanted)})(?:{plain}|(?=[{{\s])([^\n]*))")
+
+
+def _trie(words: Collection[str]) -> str:
+    """A regex matching exactly `words`, sharing their prefixes (`a(?:bc|d)` for abc, ad)."""
+    tree: dict = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _trie_regex(tree)
+
+
+def _trie_regex(node: dict) -> str:
+    children = sorted(node.items())
+    branches = [re.escape(char) + _trie_regex(child) for char, child in children if char]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+    return f"(?:{body})?" if "" in node else body
 
 
 @functools.lru_cache(maxsize=32)
