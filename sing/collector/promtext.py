@@ -38,9 +38,12 @@ _VALUE_TIMESTAMP = re.compile(
     r"(?:[ \t]+([+-]?[0-9]+))?\s*",
     re.IGNORECASE | re.ASCII,
 )
-# A label pair of the common form: no escape, no blank (the fast path's; the rest are parsed
-# by _LABEL and _QUOTED_LABEL).
-_PLAIN_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
+# The fast path's label set: quoted strings without escapes, no `}` outside them. Its common
+# form, pairs without blanks (`a="b",c="d"`), is read by _PLAIN_PAIR; any other by _LABEL and
+# _QUOTED_LABEL.
+_LABEL_SET = r'[^"\\\n}]*(?:"[^"\\\n]*"[^"\\\n}]*)*'
+_PLAIN_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
+_PLAIN_LABELS = re.compile(rf"(?:{_PLAIN_LABEL},)*(?:{_PLAIN_LABEL})?")
 _PLAIN_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INT64 = 2**63
 _BRACE_LINE = re.compile(r"\n[ \t]*\{")  # a literal first character: the scan runs at C speed
@@ -80,32 +83,47 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
 
 
 def _parse_fast(text: str, wanted: frozenset[str]) -> list[Sample]:
-    """The common lines, `name{a="b",c="d"} value [timestamp]` without escapes, parsed by one
-    regex scan (in C) with their label sets and values; any other wanted line by `_parse_line`.
-    A ValueError means some wanted line is malformed: `_parse_complete` says which."""
+    """The common lines, `name{a="b",c="d"} value [timestamp]` without escapes, found by one
+    regex scan (in C) with their label sets and values; any other wanted line is parsed by
+    `_parse_line`. A ValueError means some wanted line is malformed: `_parse_complete` says
+    which."""
     out: list[Sample] = []
     append = out.append
-    pairs_of = _PLAIN_PAIR.findall
+    new = tuple.__new__  # Sample's own __new__ is a Python function: one call more per line
+    # A page repeats its label sets (one per GPU, for each of its metrics): each is read once,
+    # and its samples share the dict (read-only to every consumer).
+    label_sets: dict[str, dict[str, str]] = {"": {}}
     # Every line ends in a newline and follows one, so the scan looks for one literal character.
     for name, labels, value, timestamp, rest in _fast_finder(wanted).findall(f"\n{text}\n"):
         if not value:  # not the plain form
             append(_parse_line(name, rest))
             continue
-        if labels:
-            pairs = pairs_of(labels)
-            label_dict = dict(pairs)
-            if len(label_dict) < len(pairs) or "__name__" in label_dict:
-                raise ValueError("duplicate or reserved label name")
-        else:
-            label_dict = {}
+        label_dict = label_sets.get(labels)
+        if label_dict is None:
+            label_dict = label_sets[labels] = _label_set(labels)
+        stamp = None
         if timestamp:
             stamp = int(timestamp)
             if not -_INT64 <= stamp < _INT64:
                 raise ValueError("timestamp out of int64 range")
-            append(Sample(name, label_dict, float(value), stamp))
-        else:
-            append(Sample(name, label_dict, float(value)))
+        append(new(Sample, (name, label_dict, float(value), stamp)))
     return out
+
+
+def _label_set(text: str) -> dict[str, str]:
+    """A label set without escapes: its common form read by one regex, any other pair by pair."""
+    if _PLAIN_LABELS.fullmatch(text):
+        pairs = _PLAIN_PAIR.findall(text)
+        labels = dict(pairs)
+        if len(labels) < len(pairs):
+            raise ValueError("duplicate label names")
+        if "__name__" in labels:
+            raise ValueError("label name '__name__' is reserved")
+        return labels
+    labels, name = _parse_labels(text)
+    if name is not None:
+        raise ValueError("a second metric name in the label set")
+    return labels
 
 
 def _parse_complete(text: str, wanted: frozenset[str], brace_first: bool) -> list[Sample]:
@@ -129,10 +147,7 @@ def _fast_finder(wanted: frozenset[str]) -> re.Pattern[str]:
     label set, value (never empty) and timestamp, or else the line after the name, for
     `_parse_line`. The names are a trie, so the scan reads each line's name once rather than
     trying every wanted name in turn."""
-    plain = (
-        rf"(?:\{{((?:{_PLAIN_LABEL},)*(?:{_PLAIN_LABEL})?)\}})?"
-        r" ([-+0-9.eE]+|[-+]?Inf|NaN)(?: (-?[0-9]+))?(?=\n)"
-    )
+    plain = rf"(?:\{{({_LABEL_SET})\}})? ([-+0-9.eE]+|[-+]?Inf|NaN)(?: (-?[0-9]+))?(?=\n)"
     return re.compile(rf"\n[ \t]*({_trie(wanted)})(?:{plain}|(?=[{{\s])([^\n]*))")
 
 
