@@ -92,9 +92,10 @@ RDMA_SIGNALS: dict[str, Signal] = {
     "node_infiniband_port_errors_received_total": _fixed("port_rcv_errors"),
 }
 # Bitmasks: one GPU series, a flag signal per bit.
+THROTTLE_FLAGS = {f"throttle_{name}": bit for name, bit in THROTTLE_BITS.items()}
 GPU_BITMASKS: dict[str, dict[str, int]] = {
-    "sing_gpu_clock_event_reasons": THROTTLE_BITS,
-    **{name: THROTTLE_BITS for name in dcgm_names("throttle_mask")},
+    "sing_gpu_clock_event_reasons": THROTTLE_FLAGS,
+    **{name: THROTTLE_FLAGS for name in dcgm_names("throttle_mask")},
 }
 HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(GPU_BITMASKS) | frozenset(RDMA_SIGNALS)
 
@@ -103,22 +104,24 @@ def add_health(values: HealthValues, s: Sample) -> None:
     """Fold one sample of a HEALTH_METRICS series into a node's health values."""
     if not math.isfinite(s.value):
         return
-    if s.name in GPU_SIGNALS or s.name in GPU_BITMASKS:
+    gpu_signal = GPU_SIGNALS.get(s.name)
+    flags = None if gpu_signal else GPU_BITMASKS.get(s.name)
+    if gpu_signal is None and flags is None:
+        signal = RDMA_SIGNALS[s.name](s)
+        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
+    else:
         if s.labels.get("GPU_I_ID"):
             return  # a MIG instance of dcgm-exporter; health is per physical GPU
         gpu = _label(s, "gpu")
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
         key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
-        if s.name in GPU_BITMASKS:
+        if flags is not None:
             mask = int(s.value)
-            for name, bit in GPU_BITMASKS[s.name].items():
-                values[(*key, f"throttle_{name}")] = float(bool(mask & bit))
+            for name, bit in flags.items():
+                values[(*key, name)] = float(bool(mask & bit))
             return
-        signal = GPU_SIGNALS[s.name](s)
-    else:
-        signal = RDMA_SIGNALS[s.name](s)
-        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
+        signal = gpu_signal(s)
     if signal is not None:
         values[(*key, signal)] = s.value
 
