@@ -14,7 +14,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sing.collector.convert import WANTED
+from sing.collector.convert import (
+    GPU_INFO,
+    GPU_METRICS,
+    JOB_INFO,
+    JOB_MAPPING,
+    NODE_EXPORTER_RDMA,
+    RDMA_METRICS,
+    RDMA_SATURATED,
+    WANTED,
+)
+from sing.collector.health import HEALTH_METRICS
+from sing.collector.jobhost import HOST_WANTED
 from sing.collector.promtext import ParseError, Sample, _parse_complete, parse
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -142,3 +153,11 @@ def test_a_malformed_line_after_plain_ones_fails_with_its_line_number(
     text = 'm{a="1"} 1\nother 2\n' + line + "\n"
     with pytest.raises(ParseError, match=rf"^line 3: {error}"):
         parse(text, {"m"})
+
+
+def test_read_node_dispatches_on_disjoint_name_sets() -> None:
+    # read_node tries the health names first (the most numerous): right only while no name is
+    # in two sets
+    sets = [GPU_METRICS, RDMA_METRICS, NODE_EXPORTER_RDMA, HEALTH_METRICS, HOST_WANTED]
+    sets.append({JOB_INFO, JOB_MAPPING, GPU_INFO, RDMA_SATURATED})
+    assert sum(len(s) for s in sets) == len(set().union(*sets)) == len(WANTED)
