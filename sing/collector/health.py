@@ -104,10 +104,10 @@ def add_health(values: HealthValues, s: Sample) -> None:
     """Fold one sample of a HEALTH_METRICS series into a node's health values."""
     if not math.isfinite(s.value):
         return
-    gpu_signal = GPU_SIGNALS.get(s.name)
-    flags = None if gpu_signal else GPU_BITMASKS.get(s.name)
-    if gpu_signal is None and flags is None:
-        signal = RDMA_SIGNALS[s.name](s)
+    rdma_signal = RDMA_SIGNALS.get(s.name)
+    key: tuple[str, str, str | None]
+    if rdma_signal is not None:
+        signal = rdma_signal(s)
         key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
     else:
         if s.labels.get("GPU_I_ID"):
@@ -116,12 +116,13 @@ def add_health(values: HealthValues, s: Sample) -> None:
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
         key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
+        flags = GPU_BITMASKS.get(s.name)
         if flags is not None:
             mask = int(s.value)
             for name, bit in flags.items():
                 values[(*key, name)] = float(bool(mask & bit))
             return
-        signal = gpu_signal(s)
+        signal = GPU_SIGNALS[s.name](s)
     if signal is not None:
         values[(*key, signal)] = s.value
 
