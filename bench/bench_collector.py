@@ -8,13 +8,13 @@ requests. The collector runs in this process; its CPU time is this process's CPU
 Side by side in one run, alternating round by round: the bare HTTP GET (the collector's own
 client fetching the same targets with the same thread pool, nothing parsed: the denominator)
 and the collector's round. Prints the CPU per node of both and their ratio, the round's split
-(fetch, parse, rows, write: each stage timed alone on the same pages, in this thread), and the
-peak memory (the process's maximum resident set, `ru_maxrss`, with the share already taken by
-the imports before the first round). Targets (issue 33): at most 3x the GET per node, so that
-one core collects 10,000 nodes every 15 s, and under 300 MB at 1,000 nodes. `--jobs N` captures
-the page of the same node running N Slurm jobs, each with its cgroup (v2) read: N more
-`job_host_samples` rows per node and round (issue 32). Last, the per-payload cost of
-prometheus_client's parser on the same payload, for scale.
+(fetch, parse, rows, write: each stage timed alone on the same pages, in this thread, median of
+as many runs as rounds), and the peak memory (the process's maximum resident set, `ru_maxrss`,
+with the share already taken by the imports before the first round). Targets (issue 33): at
+most 3x the GET per node, so that one core collects 10,000 nodes every 15 s, and under 300 MB
+at 1,000 nodes. `--jobs N` captures the page of the same node running N Slurm jobs, each with
+its cgroup (v2) read: N more `job_host_samples` rows per node and round (issue 32). Last, the
+per-payload cost of prometheus_client's parser on the same payload, for scale.
 
     .venv/bin/python bench/bench_collector.py [--nodes 1000] [--rounds 3] [--jobs 8]
 """
@@ -197,7 +197,8 @@ def main() -> None:
             rows.append(summary.rows)
             ups.append(summary.up)
         peak_mb = max_rss_mb()  # before the stages below, which hold every reading at once
-        split = stages(collector, text, targets)
+        runs = [stages(collector, text, targets) for _ in range(args.rounds)]
+        split = {stage: statistics.median(run[stage] for run in runs) for stage in runs[0]}
         pool.shutdown()
         collector.close()
 
@@ -218,8 +219,9 @@ def main() -> None:
     print(f"  - fetch              {get * ms:8.3f}   (the GET itself)")
     for stage, seconds in split.items():
         print(f"  - {stage:<18} {'':8}   {seconds * ms:8.3f}  (alone, this thread)")
-    other = cpu - get - sum(split.values())
-    print(f"  - other              {'':8}   {other * ms:8.3f}  (threads, metrics, logging)")
+    rest = cpu - get - sum(split.values())
+    print(f"  - rest               {'':8}   {rest * ms:8.3f}  (the round less its stages alone:")
+    print("                                         threads, garbage collection, logging; noisy)")
     nodes_per_core = INTERVAL_S / (cpu / n)
     print(f"  one core collects    {nodes_per_core:8,.0f} nodes per {INTERVAL_S:g} s")
     print(f"peak memory (ru_maxrss) {peak_mb:6.0f} MB, of which imports {imports_mb:.0f} MB")
