@@ -11,7 +11,7 @@ digits), so a payload cannot invent signals.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -128,49 +128,36 @@ def add_health(values: HealthValues, s: Sample) -> None:
 
 
 class LastValues:
-    """The last value of each health series, to write a row only when it changes."""
+    """The last value of each health series, by node, to write a row only when it changes.
 
-    def __init__(
-        self,
-        last: dict[Hashable, float] | None = None,
-        nodes: dict[tuple[str, str], HealthValues] | None = None,
-    ) -> None:
-        self._last: dict[Hashable, float] = dict(last or {})
-        # (cluster, node) -> the keys of its XID series, to see one vanish
-        self._xids: dict[Hashable, set[tuple]] = {}
-        for key in self._last:
-            self._index(key)
-        # (cluster, node) -> its values as last read whole: a node whose health reads the same
-        # again (nearly every node, nearly every round) is compared in one step
-        self._nodes: dict[tuple[str, str], HealthValues] = dict(nodes or {})
+    Kept per node, so that a node whose health reads the same again (nearly every node, nearly
+    every round) is compared in one step, and each series' key is the reading's own tuple."""
 
-    def _index(self, key: Hashable) -> None:
-        if isinstance(key, tuple) and len(key) == 6 and str(key[5]).startswith("xid_"):
-            self._xids.setdefault(key[:2], set()).add(key)
+    def __init__(self, nodes: dict[tuple[str, str], HealthValues] | None = None) -> None:
+        # (cluster, node) -> (component, device, gpu uuid, signal) -> its last value
+        self._nodes = {node: dict(values) for node, values in (nodes or {}).items()}
 
-    def changed(self, key: Hashable, value: float) -> bool:
-        """Whether `value` is new for `key` (its first reading, or a different one); it is
-        remembered either way."""
-        changed = self._last.get(key) != value
-        if key not in self._last:
-            self._index(key)
-        self._last[key] = value
+    def changed(self, key: tuple[str, str, str, str, str | None, str], value: float) -> bool:
+        """Whether `value` is new for the series `key` = (cluster, node, component, device,
+        gpu uuid, signal): its first reading, or a different one; remembered either way."""
+        values = self._nodes.setdefault((key[0], key[1]), {})
+        series = (key[2], key[3], key[4], key[5])
+        changed = values.get(series) != value
+        values[series] = value
         return changed
+
+    def same_as_last(self, cluster: str, node: str, values: HealthValues) -> bool:
+        """Whether the node's values are exactly those remembered for it, no series more."""
+        return self._nodes.get((cluster, node)) == values
 
     def xid_series(self, cluster: str, node: str) -> list[tuple[tuple, float]]:
         """The node's XID series seen so far, with their last values."""
-        return [(key, self._last[key]) for key in self._xids.get((cluster, node), ())]
-
-    def same_as_last(self, cluster: str, node: str, values: HealthValues) -> bool:
-        """Whether the node's values are those of its last reading, every one remembered."""
-        return self._nodes.get((cluster, node)) == values
-
-    def remember(self, cluster: str, node: str, values: HealthValues) -> None:
-        self._nodes[(cluster, node)] = dict(values)
+        values = self._nodes.get((cluster, node), {})
+        return [(series, value) for series, value in values.items() if series[3].startswith("xid_")]
 
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
-        return LastValues(self._last, self._nodes)
+        return LastValues(self._nodes)
 
 
 def health_rows(
@@ -185,10 +172,8 @@ def health_rows(
     its counts."""
     if last.same_as_last(cluster, node, values):
         return []  # every value as remembered: no XID series can have vanished either
-    last.remember(cluster, node, values)
     gpus = {key[:3] for key in values}
-    for key, value in last.xid_series(cluster, node):
-        series = key[2:]
+    for series, value in last.xid_series(cluster, node):
         if value and series[:3] in gpus and series not in values:
             values = {**values, series: 0.0}
     rows = []
