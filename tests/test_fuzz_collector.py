@@ -1,7 +1,8 @@
 """Fuzzing the Prometheus exposition parser (sing.collector.promtext) with Hypothesis.
 
-Properties: any text gives samples or a ParseError, nothing else; a payload written by the
-format's rules (escaped label values, NaN/Inf, timestamps) parses back to what was written.
+Properties: any text gives samples or a ParseError, nothing else; the fast path reads what the
+line-by-line parse reads (or fails as it fails); a payload written by the format's rules
+(escaped label values, NaN/Inf, timestamps) parses back to what was written.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sing.collector.promtext import ParseError, Sample, parse
+from sing.collector.promtext import ParseError, Sample, _parse_complete, parse
 from tests.fuzzing import fuzz
 
 WANTED = ("DCGM_FI_DEV_GPU_UTIL", "sing_gpu_util", "up")
@@ -51,6 +52,19 @@ def test_any_text_gives_samples_or_a_parse_error(text: str) -> None:
         return
     for sample in samples:
         assert sample.name in WANTED
+
+
+@fuzz(1500)
+@given(st.one_of(NEAR, st.lists(SAMPLES.map(render), max_size=6).map("\n".join)))
+def test_the_fast_path_reads_what_the_complete_parse_reads(text: str) -> None:
+    def outcome(read):
+        try:
+            return [(s.name, s.labels, repr(s.value), s.timestamp_ms) for s in read()]
+        except ParseError as err:
+            return str(err)
+
+    fast = outcome(lambda: parse(text, WANTED))
+    assert fast == outcome(lambda: _parse_complete(text, frozenset(WANTED), brace_first=True))
 
 
 @fuzz(500)

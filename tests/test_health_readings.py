@@ -221,7 +221,25 @@ def test_an_exporter_restart_starts_the_xid_counts_over() -> None:
         ("1", "row_remap_failed", 0.0), ("1", "xid_79", 2.0),
     ]  # fmt: skip
     assert rows(remap("0")) == [("0", "xid_79", 0.0)]  # GPU 1 lost: nothing about it
+    assert rows(remap("0")) == []  # the same again: the zeroed count is not news twice
     assert rows(xid("0", 1), remap("0"), xid("1", 2), remap("1")) == [("0", "xid_79", 1.0)]
+
+
+def test_a_copy_of_the_last_values_goes_its_own_way() -> None:
+    """Pull mode computes a step's rows on a copy and keeps it only when they are written: the
+    original must not learn what the copy saw (sing/collector/pull.py)."""
+    last = LastValues()
+    labels = {"gpu": "0", "uuid": "G0", "type": "uncorrected", "counter": "aggregate"}
+
+    def rows(on: LastValues, ecc: float) -> int:
+        reading = read_node([Sample("sing_gpu_ecc_errors_total", labels, ecc)])
+        return len(health_rows(on, None, "lab", "n", reading.health))  # type: ignore[arg-type]
+
+    assert rows(last, 1) == 1
+    copy = last.copy()
+    assert (rows(copy, 2), rows(copy, 2)) == (1, 0)
+    assert rows(last, 1) == 0  # the original still holds 1
+    assert rows(last, 2) == 1
 
 
 @pytest.mark.parametrize(

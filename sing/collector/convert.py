@@ -153,7 +153,10 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
     copies: dict[tuple[tuple[str, int], TrafficCounter], list[int | None]] = {}
     host = HostSeries()
     for s in samples:
-        if s.name in GPU_METRICS:
+        # The name sets are disjoint; health series, the most numerous, are tried first.
+        if s.name in HEALTH_METRICS:
+            add_health(reading.health, s)
+        elif s.name in GPU_METRICS:
             _add_gpu_value(reading, s)
         elif s.name in RDMA_METRICS:
             if math.isfinite(s.value):
@@ -162,8 +165,6 @@ def read_node(samples: Iterable[Sample]) -> NodeReading:
             counter, legacy = NODE_EXPORTER_RDMA[s.name]
             if math.isfinite(s.value):
                 copies.setdefault((_port(s), counter), [None, None])[legacy] = int(s.value)
-        elif s.name in HEALTH_METRICS:
-            add_health(reading.health, s)
         elif s.name in HOST_WANTED:
             host.add(s)
         elif s.name == JOB_MAPPING:

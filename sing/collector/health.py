@@ -11,7 +11,7 @@ digits), so a payload cannot invent signals.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -92,9 +92,10 @@ RDMA_SIGNALS: dict[str, Signal] = {
     "node_infiniband_port_errors_received_total": _fixed("port_rcv_errors"),
 }
 # Bitmasks: one GPU series, a flag signal per bit.
+THROTTLE_FLAGS = {f"throttle_{name}": bit for name, bit in THROTTLE_BITS.items()}
 GPU_BITMASKS: dict[str, dict[str, int]] = {
-    "sing_gpu_clock_event_reasons": THROTTLE_BITS,
-    **{name: THROTTLE_BITS for name in dcgm_names("throttle_mask")},
+    "sing_gpu_clock_event_reasons": THROTTLE_FLAGS,
+    **{name: THROTTLE_FLAGS for name in dcgm_names("throttle_mask")},
 }
 HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(GPU_BITMASKS) | frozenset(RDMA_SIGNALS)
 
@@ -103,56 +104,60 @@ def add_health(values: HealthValues, s: Sample) -> None:
     """Fold one sample of a HEALTH_METRICS series into a node's health values."""
     if not math.isfinite(s.value):
         return
-    if s.name in GPU_SIGNALS or s.name in GPU_BITMASKS:
+    rdma_signal = RDMA_SIGNALS.get(s.name)
+    key: tuple[str, str, str | None]
+    if rdma_signal is not None:
+        signal = rdma_signal(s)
+        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
+    else:
         if s.labels.get("GPU_I_ID"):
             return  # a MIG instance of dcgm-exporter; health is per physical GPU
         gpu = _label(s, "gpu")
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
         key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
-        if s.name in GPU_BITMASKS:
+        flags = GPU_BITMASKS.get(s.name)
+        if flags is not None:
             mask = int(s.value)
-            for name, bit in GPU_BITMASKS[s.name].items():
-                values[(*key, f"throttle_{name}")] = float(bool(mask & bit))
+            for name, bit in flags.items():
+                values[(*key, name)] = float(bool(mask & bit))
             return
         signal = GPU_SIGNALS[s.name](s)
-    else:
-        signal = RDMA_SIGNALS[s.name](s)
-        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
     if signal is not None:
         values[(*key, signal)] = s.value
 
 
 class LastValues:
-    """The last value of each health series, to write a row only when it changes."""
+    """The last value of each health series, by node, to write a row only when it changes.
 
-    def __init__(self, last: dict[Hashable, float] | None = None) -> None:
-        self._last: dict[Hashable, float] = dict(last or {})
-        # (cluster, node) -> the keys of its XID series, to see one vanish
-        self._xids: dict[Hashable, set[tuple]] = {}
-        for key in self._last:
-            self._index(key)
+    Kept per node, so that a node whose health reads the same again (nearly every node, nearly
+    every round) is compared in one step, and each series' key is the reading's own tuple."""
 
-    def _index(self, key: Hashable) -> None:
-        if isinstance(key, tuple) and len(key) == 6 and str(key[5]).startswith("xid_"):
-            self._xids.setdefault(key[:2], set()).add(key)
+    def __init__(self, nodes: dict[tuple[str, str], HealthValues] | None = None) -> None:
+        # (cluster, node) -> (component, device, gpu uuid, signal) -> its last value
+        self._nodes = {node: dict(values) for node, values in (nodes or {}).items()}
 
-    def changed(self, key: Hashable, value: float) -> bool:
-        """Whether `value` is new for `key` (its first reading, or a different one); it is
-        remembered either way."""
-        changed = self._last.get(key) != value
-        if key not in self._last:
-            self._index(key)
-        self._last[key] = value
+    def changed(self, key: tuple[str, str, str, str, str | None, str], value: float) -> bool:
+        """Whether `value` is new for the series `key` = (cluster, node, component, device,
+        gpu uuid, signal): its first reading, or a different one; remembered either way."""
+        values = self._nodes.setdefault((key[0], key[1]), {})
+        series = (key[2], key[3], key[4], key[5])
+        changed = values.get(series) != value
+        values[series] = value
         return changed
+
+    def same_as_last(self, cluster: str, node: str, values: HealthValues) -> bool:
+        """Whether the node's values are exactly those remembered for it, no series more."""
+        return self._nodes.get((cluster, node)) == values
 
     def xid_series(self, cluster: str, node: str) -> list[tuple[tuple, float]]:
         """The node's XID series seen so far, with their last values."""
-        return [(key, self._last[key]) for key in self._xids.get((cluster, node), ())]
+        values = self._nodes.get((cluster, node), {})
+        return [(series, value) for series, value in values.items() if series[3].startswith("xid_")]
 
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
-        return LastValues(self._last)
+        return LastValues(self._nodes)
 
 
 def health_rows(
@@ -165,9 +170,10 @@ def health_rows(
     gets a 0 row. Otherwise the same XID coming back at the same count would look unchanged and
     open no incident. A GPU that is not in the reading at all (lost, or the scrape failed) keeps
     its counts."""
+    if last.same_as_last(cluster, node, values):
+        return []  # every value as remembered: no XID series can have vanished either
     gpus = {key[:3] for key in values}
-    for key, value in last.xid_series(cluster, node):
-        series = key[2:]
+    for series, value in last.xid_series(cluster, node):
         if value and series[:3] in gpus and series not in values:
             values = {**values, series: 0.0}
     rows = []

@@ -38,6 +38,13 @@ _VALUE_TIMESTAMP = re.compile(
     r"(?:[ \t]+([+-]?[0-9]+))?\s*",
     re.IGNORECASE | re.ASCII,
 )
+# The fast path's label set: quoted strings without escapes, no `}` outside them. Its common
+# form, pairs without blanks (`a="b",c="d"`), is read by _PLAIN_PAIR; any other by _LABEL and
+# _QUOTED_LABEL.
+_LABEL_SET = r'[^"\\\n}]*(?:"[^"\\\n]*"[^"\\\n}]*)*'
+_PLAIN_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
+_PLAIN_LABELS = re.compile(rf"(?:{_PLAIN_LABEL},)*(?:{_PLAIN_LABEL})?")
+_PLAIN_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INT64 = 2**63
 _BRACE_LINE = re.compile(r"\n[ \t]*\{")  # a literal first character: the scan runs at C speed
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
@@ -62,12 +69,66 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
     wanted line raises ParseError (the caller records the target as failed: half a node's
     GPUs would be worse than none).
     """
-    out: list[Sample] = []
     wanted = frozenset(wanted)
     if not wanted:
-        return out
-    # Lines that open with `{` (a quoted name) are rare: the scan looks for them only if present.
+        return []
+    # Lines that open with `{` (a quoted name) are rare: only the complete parse reads them.
     brace_first = text.lstrip(" \t").startswith("{") or _BRACE_LINE.search(text) is not None
+    if not brace_first:
+        try:
+            return _parse_fast(text, wanted)
+        except ValueError:
+            pass  # a malformed wanted line: the complete parse names it
+    return _parse_complete(text, wanted, brace_first)
+
+
+def _parse_fast(text: str, wanted: frozenset[str]) -> list[Sample]:
+    """The common lines, `name{a="b",c="d"} value [timestamp]` without escapes, found by one
+    regex scan (in C) with their label sets and values; any other wanted line is parsed by
+    `_parse_line`. A ValueError means some wanted line is malformed: `_parse_complete` says
+    which."""
+    out: list[Sample] = []
+    append = out.append
+    new = tuple.__new__  # Sample's own __new__ is a Python function: one call more per line
+    # A page repeats its label sets (one per GPU, for each of its metrics): each is read once,
+    # and its samples share the dict (read-only to every consumer).
+    label_sets: dict[str, dict[str, str]] = {"": {}}
+    # Every line ends in a newline and follows one, so the scan looks for one literal character.
+    for name, labels, value, timestamp, rest in _fast_finder(wanted).findall(f"\n{text}\n"):
+        if not value:  # not the plain form
+            append(_parse_line(name, rest))
+            continue
+        label_dict = label_sets.get(labels)
+        if label_dict is None:
+            label_dict = label_sets[labels] = _label_set(labels)
+        stamp = None
+        if timestamp:
+            stamp = int(timestamp)
+            if not -_INT64 <= stamp < _INT64:
+                raise ValueError("timestamp out of int64 range")
+        append(new(Sample, (name, label_dict, float(value), stamp)))
+    return out
+
+
+def _label_set(text: str) -> dict[str, str]:
+    """A label set without escapes: its common form read by one regex, any other pair by pair."""
+    if _PLAIN_LABELS.fullmatch(text):
+        pairs = _PLAIN_PAIR.findall(text)
+        labels = dict(pairs)
+        if len(labels) < len(pairs):
+            raise ValueError("duplicate label names")
+        if "__name__" in labels:
+            raise ValueError("label name '__name__' is reserved")
+        return labels
+    labels, name = _parse_labels(text)
+    if name is not None:
+        raise ValueError("a second metric name in the label set")
+    return labels
+
+
+def _parse_complete(text: str, wanted: frozenset[str], brace_first: bool) -> list[Sample]:
+    """Every wanted line by `_parse_line`; a malformed one raises ParseError with its number."""
+    out: list[Sample] = []
     for match in _line_finder(wanted, brace_first).finditer(text):
         try:
             name, rest = match.groups()
@@ -78,6 +139,36 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
             number = text.count("\n", 0, match.start()) + 1
             raise ParseError(f"line {number}: {err}: {match.group(0)[:200]!r}") from None
     return out
+
+
+@functools.lru_cache(maxsize=32)
+def _fast_finder(wanted: frozenset[str]) -> re.Pattern[str]:
+    """A regex for the wanted lines of a newline-framed payload: the name, then the plain form's
+    label set, value (never empty) and timestamp, or else the line after the name, for
+    `_parse_line`. The names are a trie, so the scan reads each line's name once rather than
+    trying every wanted name in turn."""
+    plain = rf"(?:\{{({_LABEL_SET})\}})? ([-+0-9.eE]+|[-+]?Inf|NaN)(?: (-?[0-9]+))?(?=\n)"
+    return re.compile(rf"\n[ \t]*({_trie(wanted)})(?:{plain}|(?=[{{\s])([^\n]*))")
+
+
+def _trie(words: Collection[str]) -> str:
+    """A regex matching exactly `words`, sharing their prefixes (`a(?:bc|d)` for abc, ad)."""
+    tree: dict = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _trie_regex(tree)
+
+
+def _trie_regex(node: dict) -> str:
+    children = sorted(node.items())
+    branches = [re.escape(char) + _trie_regex(child) for char, child in children if char]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+    return f"(?:{body})?" if "" in node else body
 
 
 @functools.lru_cache(maxsize=32)

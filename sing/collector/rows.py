@@ -22,8 +22,9 @@ the rows of the nodes that fail, noted on those nodes' `scrapes` rows.
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
+import sys
 from collections import Counter
 from collections.abc import Hashable
 from datetime import datetime
@@ -48,7 +49,10 @@ Allocations = dict[tuple[str, str, int], str]
 Drops = Counter[str]
 # What pyarrow raises for a value that does not fit its column.
 ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
-FLOAT_MAX = {32: 3.4028234663852886e38, 64: math.inf}
+# The largest finite float of each width: a NaN or an infinity fits no column.
+FLOAT_MAX = {32: 3.4028234663852886e38, 64: sys.float_info.max}
+# A numeric column's Python types, lowest and highest value.
+Range = tuple[type | tuple[type, ...], float, float]
 # job_host_samples counters -> their delta columns
 HOST_COUNTERS = {
     "cpu_s": "cpu_delta_s",
@@ -210,53 +214,56 @@ def fit_reading(reading: NodeReading) -> Drops:
     """Drop from one target's reading each value that fits no warehouse column; the counts by
     reason. A GPU or port whose index fits no column goes whole (its rows have no key)."""
     drops: Drops = Counter()
-    gpu_columns = _columns("gpu_samples")
+    gpu_ranges = _ranges("gpu_samples")
     for index in sorted(reading.gpus.keys() | reading.jobs.keys() | reading.models.keys()):
-        if not _fits(gpu_columns["gpu_index"], index):
+        if not _fits(gpu_ranges["gpu_index"], index):
             drops["gpu_index_out_of_range"] += 1
             for values in (reading.gpus, reading.jobs, reading.models):
                 values.pop(index, None)
     for values in reading.gpus.values():
-        drops += _drop_unfit(values, gpu_columns)
-    rdma_columns = _columns("rdma_samples")
+        _drop_unfit(values, gpu_ranges, drops)
+    rdma_ranges = _ranges("rdma_samples")
     for device, port in list(reading.ports):
-        if not _fits(rdma_columns["port"], port):
+        if not _fits(rdma_ranges["port"], port):
             drops["port_out_of_range"] += 1
             del reading.ports[(device, port)]
     for counters in reading.ports.values():
-        drops += _drop_unfit(counters, rdma_columns)
-    host_columns = _columns("job_host_samples")
+        _drop_unfit(counters, rdma_ranges, drops)
+    host_ranges = _ranges("job_host_samples")
     for values in reading.host.values():
-        drops += _drop_unfit(values, host_columns)
+        _drop_unfit(values, host_ranges, drops)
     return drops
 
 
-def _drop_unfit(values: dict[str, Any], columns: dict[str, pa.DataType]) -> Drops:
-    unfit = [c for c, v in values.items() if c in columns and not _fits(columns[c], v)]
+def _drop_unfit(values: dict[str, Any], ranges: dict[str, Range], drops: Drops) -> None:
+    unfit = [c for c, v in values.items() if c in ranges and not _fits(ranges[c], v)]
     for column in unfit:
         del values[column]
-    return Counter(f"{column}_out_of_range" for column in unfit)
+        drops[f"{column}_out_of_range"] += 1
 
 
-def _columns(name: str) -> dict[str, pa.DataType]:
-    return {f.name: f.type for f in TABLES[name].schema}
+@functools.cache
+def _ranges(name: str) -> dict[str, Range]:
+    """The numeric columns of a table, each with the Python types and range it stores."""
+    ranges: dict[str, Range] = {}
+    for f in TABLES[name].schema:
+        if pa.types.is_integer(f.type):
+            bits = f.type.bit_width
+            if pa.types.is_unsigned_integer(f.type):
+                ranges[f.name] = (int, 0, (1 << bits) - 1)
+            else:
+                ranges[f.name] = (int, -(1 << bits - 1), (1 << bits - 1) - 1)
+        elif pa.types.is_floating(f.type):
+            high = FLOAT_MAX[f.type.bit_width]
+            ranges[f.name] = ((int, float), -high, high)
+    return ranges
 
 
-def _fits(dtype: pa.DataType, value: Any) -> bool:
-    """Whether `value` is stored as itself in a column of `dtype` (None always is)."""
-    if value is None:
-        return True
-    if pa.types.is_integer(dtype):
-        bits = dtype.bit_width
-        low, high = (-(1 << bits - 1), (1 << bits - 1) - 1)
-        if pa.types.is_unsigned_integer(dtype):
-            low, high = 0, (1 << bits) - 1
-        return isinstance(value, int) and low <= value <= high
-    if pa.types.is_floating(dtype):
-        if isinstance(value, float) and not math.isfinite(value):
-            return False
-        return isinstance(value, int | float) and abs(value) <= FLOAT_MAX[dtype.bit_width]
-    return True
+def _fits(column: Range, value: Any) -> bool:
+    """Whether `value` is stored as itself in the column (None always is; NaN and the
+    infinities never are: they lie outside every finite range)."""
+    types, low, high = column
+    return value is None or (isinstance(value, types) and low <= value <= high)
 
 
 def _majority_job(jobs: dict[int, str]) -> str | None:

@@ -36,12 +36,18 @@ def scrape(target: Target, timeout_s: float, max_bytes: int) -> Scrape:
     start = time.monotonic()
     try:
         text = fetch(target.url, timeout_s, max_bytes, target.client)
-        samples = parse(text, WANTED)
-        reading = read_node(samples)
+        reading, samples, dropped = read_page(text)
     except (OSError, http.client.HTTPException, PayloadError, ParseError) as err:
         return Scrape(target, time.monotonic() - start, error=_describe(err))
-    dropped = fit_reading(reading)
-    return Scrape(target, time.monotonic() - start, reading, len(samples), dropped=dropped)
+    return Scrape(target, time.monotonic() - start, reading, samples, dropped=dropped)
+
+
+def read_page(text: str) -> tuple[NodeReading, int, Drops]:
+    """One page's reading, its number of wanted samples and the values dropped from it (they
+    fit no column); a malformed wanted line raises ParseError."""
+    samples = parse(text, WANTED)
+    reading = read_node(samples)
+    return reading, len(samples), fit_reading(reading)
 
 
 def _describe(err: Exception) -> str:
