@@ -205,7 +205,7 @@ def test_a_jobs_cgroups_through_exporter_and_collector_agree_with_slurm(cluster,
         collect()  # burnt, holding its memory
         collect()
         running_job = sing_job(config, job_id, env)  # the cgroups' figures and sstat's so far
-        print(f"running: {({k: running_job[k] for k in RUNNING_FIGURES})}")
+        print(f"running: { ({k: running_job[k] for k in RUNNING_FIGURES}) }")
         assert running_job["state"] == "RUNNING" and running_job["cpu_core_s"] >= 6
         assert running_job["slurm_source"] == "sstat" and running_job["slurm_error"] is None
         assert 6.0 <= running_job["slurm_cpu_s"] <= 7.5
