@@ -68,7 +68,12 @@ def test_scheduler_doc_busy_week_table_is_todays_replay(busy_week: dict[str, dic
     assert jobs == {14161}
     assert "the busy week of Oct 17, 14,161 jobs" in text
     table = _doc_table("docs/scheduler.md", "## Measured: the paper's gap on a busy Philly week")
-    names = {"fcfs": "fcfs", "sing (reserve 72 h, default)": "sing", "easy": "easy", "sjf": "sjf"}
+    names = {
+        "fcfs": "fcfs",
+        "sing (default: reserve at once, age window 120 h)": "sing",
+        "easy": "easy",
+        "sjf": "sjf",
+    }
     assert set(table) == set(names)
     for label, policy in names.items():
         r = busy_week[policy]

@@ -26,14 +26,17 @@ FIXTURE = Path(__file__).parent / "fixtures/scheduler/philly_starts.csv"
 # 1- to 16-GPU jobs most of the time, and some jobs start on arrival.
 SINCE, JOBS, NODES, GPUS_PER_NODE = datetime(2017, 10, 23, tzinfo=UTC).timestamp(), 3000, 32, 8
 
+# sing's variants as the reference computed them: reserve after 72 h (the default then), no age
+# window (tests/test_scheduler_properties.py checks the window's bound).
+OLD_SING = {"policy": "sing", "max_head_wait_s": 72 * 3600.0, "age_window_after_s": 0.0}
 VARIANTS = {
     "fcfs": SchedulerSettings(policy="fcfs"),
-    "sing": SchedulerSettings(policy="sing"),
-    "sing_wait_1h": SchedulerSettings(policy="sing", max_head_wait_s=3600),
-    "sing_budget": SchedulerSettings(policy="sing", backfill_rule="budget"),
+    "sing": SchedulerSettings(**OLD_SING),
+    "sing_wait_1h": SchedulerSettings(**{**OLD_SING, "max_head_wait_s": 3600}),
+    "sing_budget": SchedulerSettings(**OLD_SING, backfill_rule="budget"),
     "easy": SchedulerSettings(policy="easy"),
     "sjf": SchedulerSettings(policy="sjf"),
-    "sing_any_pow2": SchedulerSettings(policy="sing", placement="any", power_of_two=True),
+    "sing_any_pow2": SchedulerSettings(**OLD_SING, placement="any", power_of_two=True),
     "easy_small_pool": SchedulerSettings(policy="easy", small_pool_nodes=4),
     "fcfs_user_limit": SchedulerSettings(policy="fcfs", max_jobs_per_user=40),
     "sjf_user_limit": SchedulerSettings(policy="sjf", max_jobs_per_user=40),

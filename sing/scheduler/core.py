@@ -25,9 +25,9 @@ Policies (docs/scheduler.md has the details and measurements):
 - fcfs: strict submit order; a head that does not fit blocks everything.
 - sjf:  shortest runtime first (oracle), any job that fits starts.
 - sing: fcfs, plus backfill of later jobs behind a blocked head, bounded by a rule: by default,
-        once the head has waited max_head_wait_s, the nodes where it fits soonest are reserved
-        for it and backfill goes on elsewhere. With the age window, once the head is old only jobs
-        submitted soon after it may backfill.
+        once the head has waited max_head_wait_s (0: at once), the nodes where it fits soonest
+        are reserved for it and backfill goes on elsewhere; and with the age window (on by
+        default), once the head is old only jobs submitted soon after it may backfill.
 - easy: fcfs, plus EASY backfill: the blocked head gets a reservation (time and nodes) from the
         running jobs' time limits; later jobs start only if they cannot delay it.
 """
