@@ -20,6 +20,7 @@ from sing.policy.replay import hit_rows, judge, open_replay, replay, totals
 from sing.policy.rules import load_rules
 from sing.warehouse.store import Warehouse
 from tests.policy_world import NOW, SAMPLE_S, add_job, add_samples, settings
+from tests.test_policy_host import GIB, START, host_job, memory
 
 SINCE = NOW - timedelta(hours=6)  # 06:00; the replay's rounds run 06:05 .. 12:00
 IDLE_RULE = {
@@ -134,9 +135,18 @@ JUDGED = (
 )
 
 
+# The host kinds' figures besides (CPU seconds rounded likewise).
+HOST_JUDGED = ("host_samples", "host_last_heard", "alloc_cores", "host_mem_peak_bytes",
+               "host_mem_req_bytes", "suggested_mem_bytes")  # fmt: skip
+
+
 def judged(row: dict) -> tuple:
-    mean = row["mean_util"]
-    return (*(row[k] for k in JUDGED), None if mean is None else round(mean, 9))
+    mean, cpu = row["mean_util"], row["cpu_core_s"]
+    return (
+        *(row[k] for k in JUDGED + HOST_JUDGED),
+        None if mean is None else round(mean, 9),
+        None if cpu is None else round(cpu, 6),
+    )
 
 
 def live_and_replayed(wh, rule: dict, steps: list) -> tuple[dict, dict]:
@@ -213,3 +223,27 @@ def test_cli_json_has_rows_and_totals(world, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["totals"]["jobs_cancelled"] == 1
     assert [r["job_id"] for r in out["rows"]][0] in {"idle", "recovers"}
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"kind": "excess_memory", "minutes": 60},
+        {"kind": "excess_cores_per_gpu", "minutes": 45},
+        {"kind": "excess_cores_per_gpu", "window": "since_start"},
+    ],
+)
+def test_the_replay_judges_the_host_kinds_as_the_live_evaluator(wh, rule):
+    """The host kinds (CPU and memory from the jobs' cgroups) replayed round by round give the
+    live verdicts and figures: a memory hog and a job asking 4x the memory it uses, cores held
+    idle, a job busy later in its run, and a job with half its nodes' cgroups read."""
+    host_job(wh, "hog", req_mem_bytes=64 * GIB, alloc_cpus=32, busy=1.0, **memory(4))
+    host_job(wh, "fits", req_mem_bytes=64 * GIB, alloc_cpus=32, busy=30.0, **memory(40))
+    host_job(wh, "wakes", alloc_cpus=32, busy=[(START, 1.0), (at(10), 30.0)], **memory(4, 64))
+    host_job(wh, "half", nodes=("n4", "n5"), cgroup_nodes=("n4",), req_mem_bytes=64 * GIB,
+             alloc_cpus=32, **memory(4))  # fmt: skip
+    sliding = rule.get("window") != "since_start"
+    steps = [at(9), at(10, 25), NOW] if sliding else [NOW]
+    live, replayed = live_and_replayed(wh, rule, steps)
+    assert replayed == live
+    assert VIOLATING in {v[0] for v in live.values()}

@@ -526,6 +526,7 @@ def test_the_commands_read_s3_as_they_read_a_directory(s3: str, tmp_path: Path) 
               "--nodes", "1", "--gpus-per-node", "16"]  # fmt: skip
     for argv in (["job", "j-n1", "--now", "2025-12-04"], replay):
         assert sing_on(s3, *argv) == sing_on(str(tmp_path / "wh"), *argv), argv
+    assert sing_on(s3, "job", "j-n1")[0]["samples"] == 240  # a count, not a decimal's text
     finding = check_warehouse(argparse.Namespace(warehouse=s3), Config({}))
     assert (finding.status, finding.detail) == (
         "OK",

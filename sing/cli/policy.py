@@ -191,11 +191,6 @@ def cmd_replay(args: argparse.Namespace, config: Config) -> int:
     if result.unjudged:
         print("Verdicts the rules could not judge (nothing acts on them):")
         print(render(result.unjudged, UNJUDGED_TABLE))
-    if result.not_replayed:
-        print(
-            f"Not replayed: {', '.join(result.not_replayed)} (CPU and host memory rules: the "
-            "replay has no per-round cgroup figures yet; `sing policy check` judges them live)"
-        )
     return 0
 
 

@@ -176,14 +176,18 @@ JOB_HOST_FIGURES = (
 HOST_FIGURES = (*JOB_HOST_FIGURES, "host_samples", "host_last_heard")
 
 
-def host_sql(nodes: str) -> str:
-    """One row per job with host samples in the per-node table `nodes`: HOST_FIGURES."""
+def host_sql(nodes: str, step: str | None = None) -> str:
+    """One row per job (and `step`, a replay's column of `nodes`) with host samples in the
+    per-node table `nodes`: HOST_FIGURES."""
+    at = f", f.{step}" if step else ""
+    same_step = f" AND n.{step} = f.{step}" if step else ""
     return f"""
-SELECT f.cluster, f.job_id, {", ".join(f"f.{c}" for c in JOB_HOST_FIGURES)},
+SELECT f.cluster, f.job_id{at}, {", ".join(f"f.{c}" for c in JOB_HOST_FIGURES)},
        n.host_samples, n.host_last_heard
-FROM ({job_host_sql(nodes=f"SELECT * FROM {nodes}")}) f
-JOIN (SELECT cluster, job_id, sum(samples) AS host_samples, min(newest) AS host_last_heard
-      FROM {nodes} GROUP BY ALL) n ON n.cluster = f.cluster AND n.job_id = f.job_id"""
+FROM ({job_host_sql(nodes=f"SELECT * FROM {nodes}", step=step)}) f
+JOIN (SELECT cluster, job_id{f", {step}" if step else ""}, sum(samples) AS host_samples,
+             min(newest) AS host_last_heard
+      FROM {nodes} GROUP BY ALL) n ON n.cluster = f.cluster AND n.job_id = f.job_id{same_step}"""
 
 
 def figures_sql(gpu: str, rdma: str, step: str | None = None, host: str | None = None) -> str:
@@ -200,7 +204,10 @@ def figures_sql(gpu: str, rdma: str, step: str | None = None, host: str | None =
         host_join = ""
     else:
         host_columns = ", ".join(f"h.{c}" for c in HOST_FIGURES)
-        host_join = f"LEFT JOIN {host} h ON h.cluster = r.cluster AND h.job_id = r.job_id"
+        host_join = (
+            f"LEFT JOIN {host} h ON h.cluster = r.cluster AND h.job_id = r.job_id "
+            + same_step.format(t="h")
+        )
     return f"""
 WITH per_node AS (
     SELECT {keys}, node, bool_and(mean_util < $threshold) AS idle

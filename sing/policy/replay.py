@@ -37,6 +37,7 @@ from sing.policy.evaluate import (
     DataNeeds,
     Verdict,
     figures_sql,
+    host_sql,
     rule_params,
     verdict_sql,
 )
@@ -48,6 +49,7 @@ from sing.warehouse.analytics import HOME_CLUSTER
 from sing.warehouse.store import Warehouse
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # before any sample: since-start sums read all
+NODE_KEYS = ["cluster", "job_id", "node"]
 
 # The jobs holding resources at each step, by their recorded start and end (not "no end yet").
 STEP_RUNNING_SQL = """
@@ -78,6 +80,26 @@ SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node,
        count(tx_delta_bytes) AS n_tx, count(rx_delta_bytes) AS n_rx
 FROM rdma_samples WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
 RDMA_SUMMED = {"tx": "sum", "rx": "sum", "n": "sum", "n_tx": "sum", "n_rx": "sum"}
+# Per job, node and bucket: the cgroup's CPU seconds (deltas), samples and memory, as the live
+# sliding window reads them (sing/policy/evaluate.py `_host_nodes_sql`). Since the start, the
+# replay sums the deltas too; the live rule counts the job report's way (the first sample's
+# counter value, then deltas), which differs by at most the CPU time before the first sample.
+HOST_BUCKETS_SQL = f"""
+SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node,
+       ceil(epoch(ts - $origin) / $width)::BIGINT AS b,
+       count(*) AS samples, max(ts) AS newest, sum(cpu_delta_s) AS cpu_s,
+       max(cpuset_cpus) AS cpuset_cpus,
+       max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
+       max(mem_limit_bytes) AS mem_limit_bytes
+FROM job_host_samples WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
+HOST_SUMMED = {
+    "samples": "sum",
+    "newest": "max",
+    "cpu_s": "sum",
+    "cpuset_cpus": "max",
+    "mem_peak_bytes": "max",
+    "mem_limit_bytes": "max",
+}
 
 
 @dataclass
@@ -105,8 +127,6 @@ class Replay:
     messages: list[dict[str, Any]] = field(default_factory=list)
     # (job, step) verdicts nothing could act on: per (cluster, job, rule, outcome) the steps
     unjudged: list[dict[str, Any]] = field(default_factory=list)
-    # rules of the host kinds: the replay has no per-step cgroup figures yet
-    not_replayed: list[str] = field(default_factory=list)
 
 
 def replay(
@@ -121,8 +141,7 @@ def replay(
     interval = int(settings.interval_s) or 300
     steps = int((until - since).total_seconds() // interval)
     result = Replay(since, until, steps)
-    result.not_replayed = [rule.name for rule in rules if rule.kind in HOST_KINDS]
-    rules = [replace(rule, dry_run=False) for rule in rules if rule.kind not in HOST_KINDS]
+    rules = [replace(rule, dry_run=False) for rule in rules]
     if steps <= 0 or not rules:
         return result
     needs = DataNeeds(settings.max_data_age_s, settings.min_coverage, sample_interval_s)
@@ -155,7 +174,10 @@ def open_replay(
         ).fetchall()
         longest = max(timedelta(minutes=rule.minutes) for rule in rules)
         first = min(first_start or since, since - longest).date()
-        warehouse.add_views(con, {"gpu_samples": first, "rdma_samples": first}, rollups=())
+        views = {"gpu_samples": first, "rdma_samples": first}
+        if any(rule.kind in HOST_KINDS for rule in rules):  # a listing only where read
+            views["job_host_samples"] = first
+        warehouse.add_views(con, views, rollups=())
         con.execute(
             "CREATE TEMP TABLE steps AS SELECT k, $since + k * to_seconds($interval) AS step "
             "FROM range(1, $steps + 1) t(k)",
@@ -193,7 +215,7 @@ def judge(
         ("rdma", RDMA_BUCKETS_SQL, RDMA_SUMMED),
     ):
         _once(con, f"{name}_buckets_{width}", buckets, params)
-        keys = ["cluster", "job_id", "node"] + (["gpu_index"] if name == "gpu" else [])
+        keys = NODE_KEYS + (["gpu_index"] if name == "gpu" else [])
         stepped = _stepped_sql(f"{name}_buckets_{width}", keys, summed, span, ratio)
         _once(con, f"{name}_stepped_{width}_{span or 0}", stepped)
     span_key = f"{width}_{span or 0}"
@@ -214,11 +236,23 @@ def judge(
                count(*) AS nodes
         FROM rdma_stepped_{span_key} WHERE n > 0 GROUP BY ALL""",
     )
-    figures = f"figures_{span_key}_{round(rule.threshold * 1e6)}"
+    host = None
+    if rule.kind in HOST_KINDS:
+        host = f"host_step_{span_key}"
+        _once(con, f"host_buckets_{width}", HOST_BUCKETS_SQL, params)
+        stepped = _stepped_sql(f"host_buckets_{width}", NODE_KEYS, HOST_SUMMED, span, ratio)
+        _once(
+            con,
+            f"host_nodes_{span_key}",
+            f"""SELECT *, NULL::BIGINT AS io_read_bytes, NULL::BIGINT AS io_write_bytes
+            FROM ({stepped}) WHERE samples > 0""",
+        )
+        _once(con, host, host_sql(f"host_nodes_{span_key}", step="step"))
+    figures = f"figures_{span_key}_{round(rule.threshold * 1e6)}{'_host' if host else ''}"
     _once(
         con,
         figures,
-        figures_sql(f"gpu_step_{span_key}", f"rdma_step_{span_key}", step="step"),
+        figures_sql(f"gpu_step_{span_key}", f"rdma_step_{span_key}", step="step", host=host),
         {"threshold": rule.threshold},
     )
     names = [
@@ -419,7 +453,6 @@ def totals(result: Replay) -> dict[str, Any]:
         "gpu_hours_freed": sum(h.gpu_hours_freed for h in result.hits),
         "stale_verdicts": unjudged[STALE],
         "incomplete_verdicts": unjudged[INCOMPLETE],
-        "not_replayed": result.not_replayed,
     }
 
 

@@ -122,7 +122,9 @@ JOBS_COLUMNS = frozenset(TABLES["jobs"].schema.names)
 
 
 def job_host_sql(
-    jobs_columns: Collection[str] = JOBS_COLUMNS, nodes: str = JOB_HOST_NODE_SQL
+    jobs_columns: Collection[str] = JOBS_COLUMNS,
+    nodes: str = JOB_HOST_NODE_SQL,
+    step: str | None = None,
 ) -> str:
     """Per job: CPU and host memory over its nodes, against what it was allocated; `nodes`:
     the per-node figures (JOB_HOST_NODE_SQL's columns; a policy rule's window gives its own).
@@ -132,7 +134,8 @@ def job_host_sql(
     where the scheduler's records have them (`jobs_columns`), else from its cgroups (the cpusets'
     sizes and the memory limits summed over its nodes). A sum over the nodes is NULL (unknown)
     unless every one of the job's nodes reported it: a figure from half the nodes would be
-    half the truth."""
+    half the truth. `step`: the column of `nodes` holding each row's evaluation time (a policy
+    replay's), one row per job and step, each run time up to its step; None: up to `$now`."""
 
     def record(column: str) -> str:
         return f"j.{column}" if column in jobs_columns else "NULL"
@@ -141,10 +144,15 @@ def job_host_sql(
         every = "coalesce(any_value(j.num_nodes), 1)"
         return f"CASE WHEN count({figure}) >= {every} THEN sum({figure}) END"
 
-    run_s = "epoch(coalesce(j.end_time, $now) - j.start_time)"
+    run_s = (
+        f"epoch(h.{step} - j.start_time)"
+        if step
+        else "epoch(coalesce(j.end_time, $now) - j.start_time)"
+    )
+    at = f", h.{step}" if step else ""
     return f"""
 WITH host AS (
-    SELECT h.cluster, h.job_id,
+    SELECT h.cluster, h.job_id{at},
            {all_nodes("h.cpu_s")} AS cpu_core_s,
            {all_nodes("h.cpuset_cpus")}::BIGINT AS cgroup_cpus,
            {all_nodes("h.mem_peak_bytes")}::BIGINT AS host_mem_peak_bytes,
@@ -154,7 +162,7 @@ WITH host AS (
            {all_nodes("h.io_write_bytes")}::BIGINT AS io_write_bytes
     FROM ({nodes}) h
     JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
-    GROUP BY h.cluster, h.job_id
+    GROUP BY h.cluster, h.job_id{at}
 ), figures AS (
     SELECT h.*,
            coalesce({record("alloc_cpus")}, h.cgroup_cpus) AS alloc_cores,
@@ -163,7 +171,7 @@ WITH host AS (
            greatest(coalesce(j.num_nodes, 1), 1) AS host_nodes
     FROM host h JOIN jobs j ON j.cluster = h.cluster AND j.job_id = h.job_id
 )
-SELECT cluster, job_id, cpu_core_s, alloc_cores,
+SELECT cluster, job_id{f", {step}" if step else ""}, cpu_core_s, alloc_cores,
        cpu_core_s / nullif(host_run_s, 0) AS mean_cores_used,
        cpu_core_s / nullif(alloc_cores * host_run_s, 0) AS cpu_efficiency,
        host_mem_peak_bytes, node_mem_peak_bytes, host_mem_req_bytes,
@@ -221,7 +229,7 @@ usage AS (
            sum(idle_samples) / nullif(sum(samples), 0) AS idle_share,
            count(*) FILTER (WHERE util_max < $idle_sample) AS gpus_never_used,
            count(*) AS gpus_sampled,
-           sum(samples) AS samples,
+           sum(samples)::BIGINT AS samples,
            max(mem_peak_bytes) AS peak_mem_bytes,
            max(mem_total_bytes) AS gpu_mem_bytes,
            sum(energy_j) AS energy_j
