@@ -60,11 +60,17 @@ FROM steps s JOIN jobs j
  AND (j.end_time IS NULL OR j.end_time > s.step)
 """
 
-# Per GPU and bucket (`$width` seconds from `$origin`; bucket k * `$ratio` ends at step k).
-GPU_BUCKETS_SQL = f"""
-SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node, gpu_index,
-       ceil(epoch(ts - $origin) / $width)::BIGINT AS b, {GPU_SUMS}
-FROM gpu_samples WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
+
+def _buckets_sql(source: str, keys: str, figures: str) -> str:
+    """Per job, `keys` and bucket (`$width` seconds from `$origin`; bucket k * `$ratio` ends at
+    step k): `figures` over the samples of `source` in ($lo, $hi]."""
+    return f"""
+SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, {keys},
+       ceil(epoch(ts - $origin) / $width)::BIGINT AS b, {figures}
+FROM {source} WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
+
+
+GPU_BUCKETS_SQL = _buckets_sql("gpu_samples", "node, gpu_index", GPU_SUMS)
 GPU_SUMMED = {
     "util_sum": "sum",
     "util_max": "max",
@@ -72,26 +78,26 @@ GPU_SUMMED = {
     "idle_samples": "sum",
     "newest": "max",
 }
-# Per node and bucket: RDMA bytes and how many counters were known.
-RDMA_BUCKETS_SQL = f"""
-SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node,
-       ceil(epoch(ts - $origin) / $width)::BIGINT AS b,
-       sum(tx_delta_bytes) AS tx, sum(rx_delta_bytes) AS rx, count(*) AS n,
-       count(tx_delta_bytes) AS n_tx, count(rx_delta_bytes) AS n_rx
-FROM rdma_samples WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
+# Per node: RDMA bytes and how many counters were known.
+RDMA_BUCKETS_SQL = _buckets_sql(
+    "rdma_samples",
+    "node",
+    "sum(tx_delta_bytes) AS tx, sum(rx_delta_bytes) AS rx, count(*) AS n, "
+    "count(tx_delta_bytes) AS n_tx, count(rx_delta_bytes) AS n_rx",
+)
 RDMA_SUMMED = {"tx": "sum", "rx": "sum", "n": "sum", "n_tx": "sum", "n_rx": "sum"}
-# Per job, node and bucket: the cgroup's CPU seconds (deltas), samples and memory, as the live
-# sliding window reads them (sing/policy/evaluate.py `_host_nodes_sql`). Since the start, the
-# replay sums the deltas too; the live rule counts the job report's way (the first sample's
-# counter value, then deltas), which differs by at most the CPU time before the first sample.
-HOST_BUCKETS_SQL = f"""
-SELECT coalesce(cluster, {HOME_CLUSTER}) AS cluster, job_id, node,
-       ceil(epoch(ts - $origin) / $width)::BIGINT AS b,
-       count(*) AS samples, max(ts) AS newest, sum(cpu_delta_s) AS cpu_s,
-       max(cpuset_cpus) AS cpuset_cpus,
-       max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
-       max(mem_limit_bytes) AS mem_limit_bytes
-FROM job_host_samples WHERE ts > $lo AND ts <= $hi AND job_id IS NOT NULL GROUP BY ALL"""
+# Per node: the cgroup's CPU seconds (deltas), samples and memory, as the live sliding window
+# reads them (sing/policy/evaluate.py `_host_nodes_sql`). Since the start, the replay sums the
+# deltas too; the live rule counts the job report's way (the first sample's counter value, then
+# deltas), which differs by at most the CPU time before the first sample.
+HOST_BUCKETS_SQL = _buckets_sql(
+    "job_host_samples",
+    "node",
+    "count(*) AS samples, max(ts) AS newest, sum(cpu_delta_s) AS cpu_s, "
+    "max(cpuset_cpus) AS cpuset_cpus, "
+    "max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes, "
+    "max(mem_limit_bytes) AS mem_limit_bytes",
+)
 HOST_SUMMED = {
     "samples": "sum",
     "newest": "max",
