@@ -141,6 +141,13 @@ def _rdma_sql(since_start: bool) -> str:
         GROUP BY ALL"""
 
 
+# A node's cgroup figures over a sliding window of its samples (the replay's buckets too).
+HOST_WINDOW_FIGURES = """count(*) AS samples, max(ts) AS newest, sum(cpu_delta_s) AS cpu_s,
+       max(cpuset_cpus) AS cpuset_cpus,
+       max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
+       max(mem_limit_bytes) AS mem_limit_bytes"""
+
+
 def _host_nodes_sql(since_start: bool) -> str:
     """Per running job and node: its cgroup's figures over the span, in `job_host_node_sql`'s
     columns. Since the start: the job report's counting over the run's samples. A sliding
@@ -154,10 +161,7 @@ def _host_nodes_sql(since_start: bool) -> str:
         per_day = ROLLUPS["job_host_usage"].select.replace("FROM src", f"FROM {run}")
         return job_host_node_sql(f"({per_day})")
     return f"""
-        SELECT cluster, job_id, node, count(*) AS samples, max(ts) AS newest,
-               sum(cpu_delta_s) AS cpu_s, max(cpuset_cpus) AS cpuset_cpus,
-               max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes,
-               max(mem_limit_bytes) AS mem_limit_bytes,
+        SELECT cluster, job_id, node, {HOST_WINDOW_FIGURES},
                NULL::BIGINT AS io_read_bytes, NULL::BIGINT AS io_write_bytes
         FROM {samples} WHERE ts > $window_from GROUP BY ALL"""
 

@@ -30,6 +30,7 @@ from sing.policy.evaluate import (
     EVIDENCE,
     EXEMPT,
     GPU_SUMS,
+    HOST_WINDOW_FIGURES,
     INCOMPLETE,
     OK,
     STALE,
@@ -90,14 +91,7 @@ RDMA_SUMMED = {"tx": "sum", "rx": "sum", "n": "sum", "n_tx": "sum", "n_rx": "sum
 # reads them (sing/policy/evaluate.py `_host_nodes_sql`). Since the start, the replay sums the
 # deltas too; the live rule counts the job report's way (the first sample's counter value, then
 # deltas), which differs by at most the CPU time before the first sample.
-HOST_BUCKETS_SQL = _buckets_sql(
-    "job_host_samples",
-    "node",
-    "count(*) AS samples, max(ts) AS newest, sum(cpu_delta_s) AS cpu_s, "
-    "max(cpuset_cpus) AS cpuset_cpus, "
-    "max(greatest(mem_peak_bytes, mem_used_bytes)) AS mem_peak_bytes, "
-    "max(mem_limit_bytes) AS mem_limit_bytes",
-)
+HOST_BUCKETS_SQL = _buckets_sql("job_host_samples", "node", HOST_WINDOW_FIGURES)
 HOST_SUMMED = {
     "samples": "sum",
     "newest": "max",
