@@ -480,13 +480,9 @@ def cmd_workload(args: argparse.Namespace, config: Config) -> int:
     since, until = report_window(args)
     profiles = []
     if not args.no_cluster:
-        root = config.warehouse_dir(args.warehouse)
-        if not root.is_dir():
-            raise UserError(
-                f"{root}: no warehouse there (set --warehouse or [site] warehouse, "
-                "or give --no-cluster with --trace DIR)"
-            )
-        wh = Warehouse(root)
+        wh = Warehouse.existing(
+            config.warehouse_dir(args.warehouse), ", or give --no-cluster with --trace DIR"
+        )
         now = report_now(wh, args.now)
         name = args.cluster or config.site.cluster
         profiles.append(workload.from_warehouse(wh, since, until, now, name, args.cluster))

@@ -95,11 +95,14 @@ class Warehouse:
             self._prepare_writing()
 
     @classmethod
-    def existing(cls, root: Location) -> Warehouse:
+    def existing(cls, root: Location, other_way: str = "") -> Warehouse:
         """The warehouse at `root` (a directory or an object-store URI) for a command that reads
-        it: none there is an error naming the place, not an answer from an empty warehouse."""
+        it: none there is an error naming the place, not an answer from an empty warehouse;
+        `other_way`: what else the command could be given instead."""
         if not files.exists(root if files.is_uri(root) else Path(root)):
-            raise UserError(f"{root}: no warehouse there (set --warehouse or [site] warehouse)")
+            raise UserError(
+                f"{root}: no warehouse there (set --warehouse or [site] warehouse{other_way})"
+            )
         return cls(root)
 
     def _read_only(self) -> bool:
