@@ -8,7 +8,6 @@ whether the job still runs as the same run (same start time): the warehouse can 
 from __future__ import annotations
 
 import fcntl
-import gc
 import logging
 import os
 import socket
@@ -26,6 +25,7 @@ from sing.errors import UserError
 from sing.executors.base import Executor
 from sing.executors.records import JobRecord
 from sing.executors.slurm import SlurmExecutor
+from sing.gcpause import cyclic_gc_paused
 from sing.policy.breaker import BLOCKED, Breaker
 from sing.policy.evaluate import DataNeeds, Evaluator, open_round
 from sing.policy.ladder import (
@@ -100,7 +100,7 @@ class Engine:
         """Every (job, rule) step this round would take; nothing is sent, done or recorded.
         Without `fine_jobs`, a job a rule finds fine gets a decision only when the trail
         remembers the pair (a ladder to end, a verdict to change): what a round needs."""
-        with collector_paused():
+        with cyclic_gc_paused():
             return self._decide(now or datetime.now(UTC), fine_jobs)
 
     def _decide(self, now: datetime, fine_jobs: bool) -> list[Decision]:
@@ -127,7 +127,7 @@ class Engine:
         trail does not remember are left out: nothing to do. One round at a time per warehouse:
         a second runner waits for the first (`round_lock`)."""
         now = now or datetime.now(UTC)
-        with round_lock(self.warehouse), collector_paused():
+        with round_lock(self.warehouse), cyclic_gc_paused():
             decisions = self.decide(now, fine_jobs=False)
             acting = any(d.action in (CANCEL, RECONCILE) for d in decisions)
             live = self._live() if acting else None
@@ -372,22 +372,6 @@ def round_lock(warehouse: Warehouse, wait_s: float = ROUND_WAIT_S) -> Iterator[N
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection during a round. A round over 10,000 jobs makes some 100,000
-    short-lived dicts and lists (verdict rows, decisions, events) and no reference cycles; they
-    only triggered the collector, which then traced them and every imported module's objects
-    again and again (about 0.3 s of CPU, a sixth of the round). Reference counting still frees
-    everything at once; the collector resumes as it was when the round ends."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def executor_kind(executor: Executor) -> str:

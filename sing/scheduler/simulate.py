@@ -8,7 +8,6 @@ exactly `duration` seconds later.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import heapq
 import math
 import time
@@ -16,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
+from sing.gcpause import cyclic_gc_paused
 from sing.scheduler.cluster import WHOLE, Alloc, Cluster, Node
 from sing.scheduler.core import Scheduler
 from sing.scheduler.settings import SchedulerSettings
@@ -120,15 +120,10 @@ def replay(
         )
     # The event loop makes no reference cycles, so the cyclic garbage collector would only rescan
     # the (many, long-lived) job columns over and over: pausing it doubles the replay speed.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():
         began, began_cpu = time.perf_counter(), time.process_time()
         start = _run(sched, jobs.submit, jobs.duration)
         wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu
-    finally:
-        if collecting:
-            gc.enable()
     held = [s / WHOLE if s else g for g, s in zip(sched.gpus, sched.shares, strict=True)]
     return Replay(sched.policy, jobs, sched.cluster, start, held, sched.allocs, wall, cpu)
 
