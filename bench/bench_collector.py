@@ -46,6 +46,7 @@ from sing.collector.service import Collector
 from sing.collector.settings import CollectorSettings
 from sing.collector.targets import target_from
 from sing.config import Config
+from sing.gcpause import cyclic_gc_paused
 from sing.testing.fake_nvml import load_description
 from sing.warehouse.store import Warehouse
 
@@ -133,15 +134,17 @@ def max_rss_mb() -> float:
 
 def stages(collector: Collector, text: str, targets: list) -> dict[str, float]:
     """CPU seconds of each stage of a round, run alone in this thread on the same pages: the
-    fetch is the GET's (measured beside the round), parse is `read_page`, rows the round's
+    fetch is the GET's (measured beside the round), parse is `read_page` of a page whose health
+    lines are as on the target's last page (every round but a node's first), rows the round's
     RoundRows and Arrow tables, write the buffered writer's append."""
     n = len(targets)
-    parse_s, readings = cpu_of(lambda: [read_page(text) for _ in range(n)])
+    health_digest = read_page(text)[3]  # a steady round: the health lines as on the last page
+    parse_s, readings = cpu_of(lambda: [read_page(text, health_digest) for _ in range(n)])
     ts = datetime.now(UTC)
 
     def build() -> dict:
         rows = collector.new_rows()
-        for t, (reading, samples, dropped) in zip(targets, readings, strict=True):
+        for t, (reading, samples, dropped, _) in zip(targets, readings, strict=True):
             rows.add_scrape(ts, t.url, t.node, 0.001, samples, None, dropped)
             rows.add_node(ts, t.cluster or collector.cluster, t.node, reading)
         rows.add_inventory(ts, collector.listed)
@@ -197,7 +200,8 @@ def main() -> None:
             rows.append(summary.rows)
             ups.append(summary.up)
         peak_mb = max_rss_mb()  # before the stages below, which hold every reading at once
-        runs = [stages(collector, text, targets) for _ in range(args.rounds)]
+        with cyclic_gc_paused():  # as the round runs them
+            runs = [stages(collector, text, targets) for _ in range(args.rounds)]
         split = {stage: statistics.median(run[stage] for run in runs) for stage in runs[0]}
         pool.shutdown()
         collector.close()
@@ -221,7 +225,7 @@ def main() -> None:
         print(f"  - {stage:<18} {'':8}   {seconds * ms:8.3f}  (alone, this thread)")
     rest = cpu - get - sum(split.values())
     print(f"  - rest               {'':8}   {rest * ms:8.3f}  (the round less its stages alone:")
-    print("                                         threads, garbage collection, logging; noisy)")
+    print("                                         threads, logging; noisy)")
     nodes_per_core = INTERVAL_S / (cpu / n)
     print(f"  one core collects    {nodes_per_core:8,.0f} nodes per {INTERVAL_S:g} s")
     print(f"peak memory (ru_maxrss) {peak_mb:6.0f} MB, of which imports {imports_mb:.0f} MB")

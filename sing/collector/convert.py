@@ -90,6 +90,8 @@ WANTED = (
         RDMA_SATURATED,
     }
 )
+# What a page is read for when its health lines are as on the target's last page.
+WANTED_BESIDE_HEALTH = WANTED - HEALTH_METRICS
 
 INTEGER_COLUMNS = {"mem_used_bytes", "mem_total_bytes"} | {
     s.key for s in GPU_SIGNALS if s.arrow_type.startswith(("int", "uint"))
@@ -105,7 +107,9 @@ class NodeReading:
     models: dict[int, str] = field(default_factory=dict)  # GPU index -> model name
     ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
     jobs_complete: bool = False  # `jobs` is the node's whole attribution (JOB_MAPPING)
-    health: HealthValues = field(default_factory=dict)
+    # None: as on the target's last page, not read again (sing/collector/scrape.py `read_page`);
+    # only a node read from one target has it, so `merge` never meets it.
+    health: HealthValues | None = field(default_factory=dict)
     host: JobHostValues = field(default_factory=dict)  # job id -> its job_host_samples columns
 
     def merge(self, other: NodeReading) -> None:

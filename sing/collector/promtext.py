@@ -73,13 +73,32 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
     if not wanted:
         return []
     # Lines that open with `{` (a quoted name) are rare: only the complete parse reads them.
-    brace_first = text.lstrip(" \t").startswith("{") or _BRACE_LINE.search(text) is not None
+    brace_first = _has_brace_line(text)
     if not brace_first:
         try:
             return _parse_fast(text, wanted)
         except ValueError:
             pass  # a malformed wanted line: the complete parse names it
     return _parse_complete(text, wanted, brace_first)
+
+
+def wanted_lines(text: str, wanted: Collection[str]) -> list[str] | None:
+    """The raw lines of the wanted metrics, in payload order: to tell that a page's lines are
+    as before without parsing them. None where a line opens with `{` (its name is quoted
+    inside: only a parse tells whether it is wanted)."""
+    if _has_brace_line(text):
+        return None
+    return _raw_line_finder(frozenset(wanted)).findall(text)
+
+
+def _has_brace_line(text: str) -> bool:
+    return text.lstrip(" \t").startswith("{") or _BRACE_LINE.search(text) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _raw_line_finder(wanted: frozenset[str]) -> re.Pattern[str]:
+    """Whole lines whose name is wanted, as `_line_finder` tells them apart."""
+    return re.compile(rf"^[ \t]*(?:{_trie(wanted)})(?=[{{\s]|$).*$", re.MULTILINE)
 
 
 def _parse_fast(text: str, wanted: frozenset[str]) -> list[Sample]:

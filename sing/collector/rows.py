@@ -120,7 +120,9 @@ class RoundRows:
                 }
             )
         self._add_host(ts, cluster, node, reading.host)
-        self._rows["health_samples"] += health_rows(self._health, ts, cluster, node, reading.health)
+        if reading.health is not None:  # None: as last time, so no series changed
+            health = health_rows(self._health, ts, cluster, node, reading.health)
+            self._rows["health_samples"] += health
         hardware = reading.hardware()
         if hardware is not None:
             self._hardware[(cluster, node)] = hardware

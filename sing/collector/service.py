@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from sing.collector.inventory import Inventory, NodeKey, load_inventory
 from sing.collector.jobsync import JobSync, running_allocations
 from sing.collector.leader import Leadership
 from sing.collector.rows import HOST_COUNTERS, Allocations, RoundRows
-from sing.collector.scrape import scrape
+from sing.collector.scrape import Page, Scrape, fetch_page, read
 from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.settings import CollectorSettings
 from sing.collector.shard import Shard
@@ -39,6 +40,7 @@ from sing.collector.writer import BufferedWriter
 from sing.config import Config
 from sing.executors.base import CommandError
 from sing.executors.records import NodeRecord
+from sing.gcpause import cyclic_gc_paused
 from sing.schema import table
 from sing.warehouse.store import Warehouse
 
@@ -88,6 +90,8 @@ class Collector:
         stored = load_inventory(warehouse, self.cluster).last
         self.inventory = Inventory({k: v for k, v in stored.items() if self.shard.owns(k[1])})
         self.last_health = LastValues()  # a restart writes each health series' first reading again
+        # (target URL, cluster, node) -> the digest of its last page's health lines (`read_page`)
+        self._health_digests: dict[tuple[str, str, str], bytes] = {}
         self.allocations: Allocations = {}
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
@@ -97,40 +101,71 @@ class Collector:
         return RoundRows(self.deltas, self.allocations, self.inventory, self.last_health)
 
     def scrape_round(self) -> RoundSummary:
-        """Scrape every target once and write the round."""
+        """Scrape every target once and write the round. The pool fetches the pages; this
+        thread reads each as it arrives and turns a node into rows once all its targets are
+        read (dcgm-exporter and node_exporter may both describe it), so only the pages and
+        readings in flight are held, not the whole round's."""
         started = time.monotonic()
         ts = datetime.now(UTC)
         targets = self.targets()
         s = self.settings
-        scrapes = list(
-            self._pool.map(lambda t: scrape(t, s.scrape_timeout_s, s.max_payload_bytes), targets)
-        )
         rows = self.new_rows()
+        pages_of = Counter(self._node_key(t) for t in targets)
+        unread = pages_of.copy()
+        digests: dict[tuple[str, str, str], bytes] = {}
         readings: dict[NodeKey, NodeReading] = {}
-        for result in scrapes:
-            t = result.target
-            rows.add_scrape(
-                ts, t.url, t.node, result.duration_s, result.samples, result.error, result.dropped
+        up = 0
+        with cyclic_gc_paused():
+            pages = self._pool.map(
+                lambda t: fetch_page(t, s.scrape_timeout_s, s.max_payload_bytes), targets
             )
-            self.metrics.scrape_seconds.observe(result.duration_s)
-            key = (t.cluster or self.cluster, t.node)
-            if result.reading is None:
-                self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
-                log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
-            elif key in readings:
-                readings[key].merge(result.reading)
-            else:
-                readings[key] = result.reading
-        for (cluster, node), reading in readings.items():
-            rows.add_node(ts, cluster, node, reading)
-        rows.add_inventory(ts, self.listed)
-        up = sum(result.error is None for result in scrapes)
-        batches = rows.tables()
+            for page in pages:
+                result = self._read(page, pages_of[self._node_key(page.target)] == 1, digests)
+                t = result.target
+                rows.add_scrape(
+                    ts,
+                    t.url,
+                    t.node,
+                    result.duration_s,
+                    result.samples,
+                    result.error,
+                    result.dropped,
+                )
+                self.metrics.scrape_seconds.observe(result.duration_s)
+                key = self._node_key(t)
+                if result.reading is None:
+                    self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
+                    log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
+                elif key in readings:
+                    readings[key].merge(result.reading)
+                else:
+                    readings[key] = result.reading
+                up += result.error is None
+                unread[key] -= 1
+                if not unread[key] and key in readings:
+                    rows.add_node(ts, *key, readings.pop(key))
+            rows.add_inventory(ts, self.listed)
+            batches = rows.tables()
+        self._health_digests = digests  # a target that failed or left is read whole next time
         self.count_drops(rows)
         self.writer.write(batches)
         self.warehouse.checkpoint_due()  # keeps each commit's cost flat between compactions
         written = sum(b.num_rows for b in batches.values())
         return self.finish_round(written, len(targets), up, started)
+
+    def _node_key(self, target: Target) -> NodeKey:
+        return (target.cluster or self.cluster, target.node)
+
+    def _read(self, page: Page, single: bool, digests: dict[tuple[str, str, str], bytes]) -> Scrape:
+        """Read a page, its health lines skipped when they are as on the target's last page;
+        the page's digest goes into `digests`. Only for a node read from this one target
+        (`single`): a node merged from several pages needs all their health values to compare
+        with its last ones."""
+        key = (page.target.url, *self._node_key(page.target))
+        result = read(page, self._health_digests.get(key) if single else None)
+        if result.health_digest is not None:
+            digests[key] = result.health_digest
+        return result
 
     def count_drops(self, rows: RoundRows) -> None:
         """Count and log the values each target's page had that fit no column."""
