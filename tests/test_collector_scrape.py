@@ -23,7 +23,7 @@ import pytest
 
 from sing.cli.collector import target_source
 from sing.collector.client import ScrapeClient
-from sing.collector.scrape import scrape
+from sing.collector.scrape import fetch_page
 from sing.collector.settings import CollectorSettings
 from sing.config import Config
 from sing.errors import UserError
@@ -462,7 +462,7 @@ def test_a_file_sd_http_target_is_refused_not_sent_the_password(tmp_path: Path) 
     )
     (target,) = target_source(settings, Config({}, tmp_path / "sing.toml"))()
     assert target.url == f"http://127.0.0.1:{port}/metrics"
-    result = scrape(target, timeout_s=2, max_bytes=10**6)
+    result = fetch_page(target, timeout_s=2, max_bytes=10**6)
     assert result.error is not None and "refused plain http" in result.error
     with pytest.raises(TimeoutError), listener:
         listener.accept()

@@ -16,7 +16,7 @@ One target's page cannot lose another's rows: `fit_reading` drops each value tha
 warehouse column (an integer beyond int64, such as old dcgm-exporter's 2^64-1 sentinels, a
 `gpu="70000"` label beyond int16, a float beyond float32) from that target's reading, counted by
 reason for its `scrapes` row and `sing_collector_samples_dropped_total`; the rest of the page is
-kept. Should a batch still fail to convert, `tables()` converts it node by node and drops only
+kept. Should rows still fail to convert, they are converted node by node (`_arrow`), dropping only
 the rows of the nodes that fail, noted on those nodes' `scrapes` rows.
 """
 
@@ -53,6 +53,12 @@ ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
 FLOAT_MAX = {32: 3.4028234663852886e38, 64: sys.float_info.max}
 # A numeric column's Python types, lowest and highest value.
 Range = tuple[type | tuple[type, ...], float, float]
+# A sample table's rows are turned into Arrow every this many: a round's first readings of
+# every health series (some 150 per node) would otherwise sit as dicts, 100 MB at 1,000 nodes.
+CHUNK_ROWS = 10_000
+# The tables built node by node; `nodes` and `scrapes` are built whole (drops are noted on
+# `scrapes` rows until the round's end).
+SAMPLE_TABLES = ("gpu_samples", "rdma_samples", "job_host_samples", "health_samples")
 # job_host_samples counters -> their delta columns
 HOST_COUNTERS = {
     "cpu_s": "cpu_delta_s",
@@ -87,6 +93,8 @@ class RoundRows:
             "nodes": [],
             "scrapes": [],
         }
+        # table -> its rows already turned into Arrow, CHUNK_ROWS at a time
+        self._chunks: dict[str, list[pa.Table]] = {name: [] for name in SAMPLE_TABLES}
 
     def add_node(self, ts: datetime, cluster: str, node: str, reading: NodeReading) -> None:
         jobs: dict[int, str] = {}
@@ -126,6 +134,10 @@ class RoundRows:
         hardware = reading.hardware()
         if hardware is not None:
             self._hardware[(cluster, node)] = hardware
+        for name in SAMPLE_TABLES:
+            if len(self._rows[name]) >= CHUNK_ROWS:
+                self._chunks[name].append(self._arrow(name, self._rows[name]))
+                self._rows[name] = []
 
     def _add_host(self, ts: datetime, cluster: str, node: str, host: JobHostValues) -> None:
         """Each job's cgroup on the node, its counters' deltas keyed by job and node (a
@@ -180,18 +192,22 @@ class RoundRows:
         scrape["dropped_reasons"] = ", ".join(f"{k}={n}" for k, n in sorted(drops.items()))
 
     def tables(self) -> dict[str, pa.Table]:
-        """The non-empty batches, typed exactly as sing/schema.py says. A batch that does
-        not convert is converted node by node, without the nodes whose rows do not."""
+        """The non-empty batches, typed exactly as sing/schema.py says."""
         out = {}
         for name, rows in self._rows.items():
-            if not rows:
-                continue
-            schema = TABLES[name].schema
-            try:
-                out[name] = pa.Table.from_pylist(rows, schema=schema)
-            except ARROW_ERRORS:
-                out[name] = self._without_bad_nodes(name, rows, schema)
+            chunks = [*self._chunks.get(name, ()), *([self._arrow(name, rows)] if rows else ())]
+            if chunks:
+                out[name] = chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)
         return out
+
+    def _arrow(self, name: str, rows: list[dict[str, Any]]) -> pa.Table:
+        """Rows as a table; rows that do not convert are converted node by node, without the
+        nodes whose rows do not."""
+        schema = TABLES[name].schema
+        try:
+            return pa.Table.from_pylist(rows, schema=schema)
+        except ARROW_ERRORS:
+            return self._without_bad_nodes(name, rows, schema)
 
     def _without_bad_nodes(
         self, name: str, rows: list[dict[str, Any]], schema: pa.Schema

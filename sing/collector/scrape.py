@@ -45,10 +45,6 @@ class Scrape:
     health_digest: bytes | None = None  # of the page's health lines (`read_page`)
 
 
-def scrape(target: Target, timeout_s: float, max_bytes: int) -> Scrape:
-    return read(fetch_page(target, timeout_s, max_bytes))
-
-
 def fetch_page(target: Target, timeout_s: float, max_bytes: int) -> Page:
     """GET the target's page. A round runs these in its thread pool: they wait on sockets."""
     start = time.monotonic()
@@ -84,11 +80,7 @@ def read_page(
     page's wanted lines. Where their lines hash to `health_digest` (the target's last page
     read), they are not parsed, and the reading's health is None: as on that page."""
     lines = wanted_lines(text, HEALTH_METRICS)
-    digest = (
-        None
-        if lines is None
-        else hashlib.blake2b("\n".join(lines).encode(), digest_size=16).digest()
-    )
+    digest = None if lines is None else hashlib.blake2b("".join(lines).encode()).digest()
     if digest is not None and digest == health_digest:
         samples = parse(text, WANTED_BESIDE_HEALTH)
         reading = read_node(samples)

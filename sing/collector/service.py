@@ -120,27 +120,14 @@ class Collector:
                 lambda t: fetch_page(t, s.scrape_timeout_s, s.max_payload_bytes), targets
             )
             for page in pages:
-                result = self._read(page, pages_of[self._node_key(page.target)] == 1, digests)
-                t = result.target
-                rows.add_scrape(
-                    ts,
-                    t.url,
-                    t.node,
-                    result.duration_s,
-                    result.samples,
-                    result.error,
-                    result.dropped,
-                )
-                self.metrics.scrape_seconds.observe(result.duration_s)
-                key = self._node_key(t)
-                if result.reading is None:
-                    self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
-                    log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
-                elif key in readings:
-                    readings[key].merge(result.reading)
-                else:
-                    readings[key] = result.reading
+                key = self._node_key(page.target)
+                result = self._read(page, pages_of[key] == 1, digests)
+                self._record(ts, result, rows)
                 up += result.error is None
+                if result.reading is not None and key in readings:
+                    readings[key].merge(result.reading)
+                elif result.reading is not None:
+                    readings[key] = result.reading
                 unread[key] -= 1
                 if not unread[key] and key in readings:
                     rows.add_node(ts, *key, readings.pop(key))
@@ -152,6 +139,17 @@ class Collector:
         self.warehouse.checkpoint_due()  # keeps each commit's cost flat between compactions
         written = sum(b.num_rows for b in batches.values())
         return self.finish_round(written, len(targets), up, started)
+
+    def _record(self, ts: datetime, result: Scrape, rows: RoundRows) -> None:
+        """A target's `scrapes` row, self-metrics and, for a failure, a log line."""
+        t = result.target
+        rows.add_scrape(
+            ts, t.url, t.node, result.duration_s, result.samples, result.error, result.dropped
+        )
+        self.metrics.scrape_seconds.observe(result.duration_s)
+        if result.error is not None:
+            self.metrics.scrape_errors.labels(result.error.split(":")[0]).inc()
+            log.warning("scrape of %s (%s) failed: %s", t.url, t.node, result.error)
 
     def _node_key(self, target: Target) -> NodeKey:
         return (target.cluster or self.cluster, target.node)
