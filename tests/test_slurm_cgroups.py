@@ -8,7 +8,9 @@ task/cgroup and jobacct_gather/cgroup, cgroup.conf ConstrainCores and ConstrainR
 then hold their memory until the test lets them go. `sing exporter` reads this machine's real
 /sys/fs/cgroup (a fake NVML beside it: no GPU here), `sing collector --once` scrapes it while
 the job runs (before and after the burn) and syncs the job from squeue, then sacct once it
-ended.
+ended. While it runs, `sing job` and the Job and My jobs pages (Streamlit's AppTest, signed in as
+the job's user) show sstat's figures so far under the label "Slurm (sstat)": the pages' lie
+between what `sing job --json` said just before and just after them.
 
 Checked on cgroup v1 (this machine kind's: controllers one per tree, Slurm's directories
 `<controller>/slurm_<node>/uid_<uid>/job_<id>/`): the cpuacct CPU seconds, the cpuset (2 CPUs),
@@ -42,17 +44,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import streamlit as st
 
-from sing.config import Thresholds
+from sing.config import Config
 from sing.dashboards.data import job_details
 from sing.warehouse.job_report import CPU_TOLERANCE, MEMORY_TOLERANCE, apart
+from tests.dashboard_app import open_app, serving
 from tests.ports import free_port
 from tests.real_path.processes import Service, run, wait_for
 from tests.slurm_harness import NODES, TEST_USER, SlurmCluster, running, scratch
 from tests.slurm_release import RELEASES
 from tests.test_collector_scrape import http_get, sing
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
 MIB = 1 << 20
 CGROUP_LOCK = Path("/var/tmp/sing-test-slurm-cgroups.lock")
@@ -64,7 +68,7 @@ import os, sys, time
 held = b"\\1" * (int(sys.argv[1]) << 20)
 while time.process_time() < float(sys.argv[2]):
     pass
-deadline = time.monotonic() + 120
+deadline = time.monotonic() + 240
 while not os.path.exists("release") and time.monotonic() < deadline:
     time.sleep(0.2)
 """
@@ -83,6 +87,9 @@ kind = "slurm"
 [collector]
 file_sd = "targets.json"
 metrics_port = 0
+[dashboard]
+auth = "oidc"
+allowed_domains = ["campus.edu"]
 """
 
 
@@ -220,6 +227,15 @@ def test_a_jobs_cgroups_through_exporter_and_collector_agree_with_slurm(cluster,
         assert apart(running_job["cpu_core_s"], running_job["slurm_cpu_s"]) <= CPU_TOLERANCE
         assert running_job["accounting_check"] == []
         assert "Slurm (sstat)" in run(sing("--config", config, "job", job_id), env)
+        # The Job and My jobs pages ask sstat the same way: their figures lie between the ones
+        # `sing job` showed just before and just after (CPU only grows; held memory stays).
+        shown = pages_slurm_lines(tmp_path, job_id)
+        after = sing_job(config, job_id, env)
+        print("pages:", shown, "sing job after:", {k: after[k] for k in RUNNING_FIGURES})
+        for cpu_s, rss in (slurm_line(line) for line in shown):
+            assert running_job["slurm_cpu_s"] <= cpu_s <= after["slurm_cpu_s"]
+            figures = (running_job["slurm_max_rss_bytes"], after["slurm_max_rss_bytes"])
+            assert min(figures) - MIB / 20 <= rss <= max(figures) + MIB / 20  # shown to 0.1 MiB
         (cluster.jobs_dir / "release").touch()
         wait_for(lambda: ended(job_id, env), "sacct to show the job ended", 60)
         collect()  # the job's end and Slurm's accounting
@@ -243,9 +259,28 @@ def test_a_jobs_cgroups_through_exporter_and_collector_agree_with_slurm(cluster,
     assert apart(report["host_mem_peak_bytes"], report["slurm_max_rss_bytes"]) <= MEMORY_TOLERANCE
     assert report["accounting_check"] == []
 
-    shown = job_details(str(tmp_path / "wh"), job_id, TEST_USER, datetime.now(UTC), Thresholds())
+    shown = job_details(str(tmp_path / "wh"), job_id, TEST_USER, datetime.now(UTC),
+                        Config.load(config))  # fmt: skip
     assert shown is not None and shown["cpu_core_s"] == report["cpu_core_s"]  # the Job page's
     assert shown["host_mem_peak_bytes"] == report["host_mem_peak_bytes"]
+
+
+def pages_slurm_lines(site: Path, job_id: str) -> list[str]:
+    """The "Slurm (...)" line of the Job page and of My jobs' job in detail, as the job's user
+    sees them (the app in this process: its sstat finds this cluster through $SLURM_CONF)."""
+    st.cache_data.clear()  # a report cached by an earlier look would not ask sstat again
+    with serving(site / "wh", site / "sing.toml"):
+        pages = [open_app(TEST_USER, "job", query={"job": job_id}), open_app(TEST_USER, "my_jobs")]
+    lines = [[c.value for c in at.caption if c.value.startswith("Slurm (")] for at in pages]
+    assert all(len(found) == 1 for found in lines), lines
+    return [found[0] for found in lines]
+
+
+def slurm_line(line: str) -> tuple[float, float]:
+    """(CPU seconds, memory bytes) of a page's sstat line."""
+    found = re.match(r"Slurm \(sstat\): CPU ([\d.]+) core-seconds, memory ([\d.]+) MiB;", line)
+    assert found, line
+    return float(found.group(1)), float(found.group(2)) * MIB
 
 
 def sing_job(config: str, job_id: str, env: dict[str, str]) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from sing.accounting.settings import accounting_settings
 from sing.accounting.usage import GROUPS, footnotes, method, snapshot, usage
 from sing.config import Config
 from sing.errors import UsageError, UserError
-from sing.executors.base import executor_settings, make_executor, running_accounting
+from sing.executors.base import running_accounting_for
 from sing.policy.settings import site_coverage
 from sing.tables import Column, hours, percent
 from sing.tables import render as render_table
@@ -25,7 +24,7 @@ from sing.times import time_option
 from sing.traces import workload
 from sing.warehouse import analytics
 from sing.warehouse.coverage import CoverageNeeds
-from sing.warehouse.job_report import RunningAccounting, job_report, load_notes, render
+from sing.warehouse.job_report import job_report, render, site_notes
 from sing.warehouse.store import Warehouse
 
 NOW_HELP = "count running jobs up to this time (default: now, or the newest sample if older)"
@@ -568,28 +567,17 @@ def workload_text(profiles: list[workload.Profile]) -> str:
     return "\n\n".join(parts)
 
 
-def _sstat(config: Config, job_id: str) -> Callable[[str], RunningAccounting] | None:
-    """How `sing job` asks Slurm for a running job's figures so far; None with the local
-    executor, which keeps no accounting (and would make its state directory to say so)."""
-    if executor_settings(config).kind != "slurm":
-        return None
-    return lambda cluster: running_accounting(make_executor(config), cluster, job_id)
-
-
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
     wh = Warehouse(config.warehouse_dir(args.warehouse))
-    thresholds = config.thresholds
-    notes_file = config.resolve_path(thresholds.notes_file) if thresholds.notes_file else None
-    notes = load_notes(notes_file)
     job = job_report(
         wh.connect(),
         args.job_id,
-        thresholds,
-        notes,
+        config.thresholds,
+        site_notes(config),
         now=report_now(wh, args.now),
         cluster=args.cluster,
         needs=site_coverage(config),
-        running_accounting=_sstat(config, args.job_id),
+        running_accounting=running_accounting_for(config, args.job_id),
     )
     if args.json:
         tables.print_json([job])

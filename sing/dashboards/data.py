@@ -24,8 +24,10 @@ import streamlit as st
 from sing.accounting import statement
 from sing.accounting.settings import AccountingSettings
 from sing.accounting.statement import Statement
-from sing.config import Thresholds
+from sing.config import Config, Thresholds
+from sing.executors.base import running_accounting_for
 from sing.jobids import job_order_sql
+from sing.policy.settings import site_coverage
 from sing.scheduler.metrics import summarize
 from sing.scheduler.settings import SchedulerSettings
 from sing.scheduler.simulate import replay
@@ -37,7 +39,7 @@ from sing.traces.package import DATAPACKAGE, zip_trace
 from sing.traces.settings import TraceSettings, load_key
 from sing.warehouse import analytics
 from sing.warehouse.coverage import DEFAULT_NEEDS, CoverageNeeds
-from sing.warehouse.job_report import job_report, load_notes
+from sing.warehouse.job_report import job_report, site_notes
 from sing.warehouse.store import Warehouse
 
 TTL_S = 60
@@ -46,7 +48,16 @@ MAX_POINTS = 400
 # The heat map's "last interval": samples this long before the end of the data.
 LAST_INTERVAL = timedelta(minutes=5)
 
-cached = st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=256)
+
+def config_key(config: Config) -> tuple[str, str]:
+    """A site config as part of a cache key: its file and what it says (an edited file is a
+    new key)."""
+    return str(config.path), repr(config.data)
+
+
+cached = st.cache_data(
+    ttl=TTL_S, show_spinner=False, max_entries=256, hash_funcs={Config: config_key}
+)
 
 
 def connect(root: str) -> duckdb.DuckDBPyConnection:
@@ -232,12 +243,18 @@ def job_details(
     job_id: str,
     owner: str | None,
     now: datetime,
-    thresholds: Thresholds,
+    config: Config,
     cluster: str | None = None,
-    needs: CoverageNeeds = DEFAULT_NEEDS,
 ) -> dict | None:
-    """`sing job`'s report of one job; None when the job is missing or not `owner`'s. An id
-    that `owner` may see in several clusters needs `cluster` (a UserError names them)."""
+    """`sing job`'s report of one job, with the site's thresholds, notes and coverage bar, and
+    for a running job of this cluster Slurm's figures so far (sstat, asked as `sing job` asks:
+    through the executor, a failure said in the notes); None when the job is missing or not
+    `owner`'s. An id that `owner` may see in several clusters needs `cluster` (a UserError
+    names them).
+
+    sstat is asked only once the owner filter found the job: it runs as the dashboard's user,
+    whom slurmd may answer for anybody's job (root, SlurmUser), so it must not be the way to
+    read another user's. Cached like every query (a page rerun does not ask slurmd again)."""
     con = connect(root)
     found = con.execute(
         "SELECT DISTINCT cluster FROM jobs WHERE job_id = $job AND ($cluster IS NULL OR "
@@ -246,10 +263,16 @@ def job_details(
     ).fetchall()
     if not found:
         return None
-    notes_file = Path(thresholds.notes_file) if thresholds.notes_file else None
-    only = found[0][0] if len(found) == 1 else None
-    notes = load_notes(notes_file)
-    return job_report(con, job_id, thresholds, notes, now=now, cluster=only, needs=needs)
+    return job_report(
+        con,
+        job_id,
+        config.thresholds,
+        site_notes(config),
+        now=now,
+        cluster=found[0][0] if len(found) == 1 else None,
+        needs=site_coverage(config),
+        running_accounting=running_accounting_for(config, job_id),
+    )
 
 
 @cached

@@ -14,6 +14,7 @@ from sing.dashboards.access import Viewer
 from sing.dashboards.cli import DEMO_WORDS
 from sing.tables import scaled_bytes
 from sing.warehouse.coverage import coverage_words
+from sing.warehouse.job_report import slurm_figures
 
 VISIT_KEY = "_sing_visit"
 
@@ -122,6 +123,8 @@ def _host_figures(report: dict) -> None:
         c.caption(f"of {scaled_bytes(report['host_mem_req_bytes'], binary=True)} requested")
     read, written = (scaled_bytes(report[k]) for k in ("io_read_bytes", "io_write_bytes"))
     d.metric("Disk read / written", f"{read} / {written}")
+    if slurm := slurm_figures(report):  # as `sing job` says it: seff's, or sstat's so far
+        st.caption(f"{slurm[0]}: {slurm[1]}")
 
 
 def job_report_section(report: dict) -> None:

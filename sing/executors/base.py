@@ -13,6 +13,8 @@ from sing.executors.records import JobRecord, JobUsage, NodeRecord
 from sing.executors.settings import ExecutorSettings
 
 if TYPE_CHECKING:  # the report's module loads duckdb: not for every executor user
+    from collections.abc import Callable
+
     from sing.warehouse.job_report import RunningAccounting
 
 TIMEOUT, FAILED = "timeout", "failed"  # why a command failed: CommandError.reason
@@ -110,3 +112,14 @@ def running_accounting(executor: Executor, cluster: str, job_id: str) -> Running
         return figures
     return {"slurm_cpu_s": usage.cpu_s, "slurm_max_rss_bytes": usage.max_rss_bytes,
             "slurm_source": "sstat", "slurm_error": None}  # fmt: skip
+
+
+def running_accounting_for(
+    config: Config, job_id: str
+) -> Callable[[str], RunningAccounting] | None:
+    """How `sing job` and the Job page ask the site's scheduler for a running job's figures so
+    far (`job_report(..., running_accounting=...)`): Slurm's sstat; None with the local
+    executor, which keeps no accounting (and would make its state directory to say so)."""
+    if executor_settings(config).kind != "slurm":
+        return None
+    return lambda cluster: running_accounting(make_executor(config), cluster, job_id)

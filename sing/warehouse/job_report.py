@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 import duckdb
 
 from sing import tables
-from sing.config import Thresholds
+from sing.config import Config, Thresholds
 from sing.errors import UserError
 from sing.signals import GPU_SIGNALS, GpuSignal
 from sing.tables import Column, hours, scaled_bytes
@@ -68,6 +68,12 @@ def load_notes(path: Path | None) -> list[dict[str, str]]:
                 f"{path}: note {n}: message {note['say']!r} is not valid: {err}"
             ) from err
     return notes
+
+
+def site_notes(config: Config) -> list[dict[str, str]]:
+    """The site's notes: [thresholds] notes_file (relative to the config file), else ours."""
+    notes_file = config.thresholds.notes_file
+    return load_notes(config.resolve_path(notes_file) if notes_file else None)
 
 
 def job_report(
@@ -458,15 +464,24 @@ def _host_lines(job: dict[str, Any]) -> list[str]:
         f"Disk I/O         read {scaled_bytes(job['io_read_bytes'])}, "
         f"written {scaled_bytes(job['io_write_bytes'])}",
     ]
-    cpu_s, rss = job.get("slurm_cpu_s"), job.get("slurm_max_rss_bytes")
-    if cpu_s is not None or rss is not None:
-        cpu = "n/a" if cpu_s is None else _cpu_amount(cpu_s)
-        source = "Slurm (sstat)" if job.get("slurm_source") == "sstat" else "Slurm (seff)"
-        lines.append(
-            f"{source:17}CPU {cpu}, memory {scaled_bytes(rss, binary=True)}; the node's "
-            f"cgroups: CPU {'n/a' if job['cpu_core_s'] is None else _cpu_amount(job['cpu_core_s'])}"
-        )
+    if slurm := slurm_figures(job):
+        lines.append(f"{slurm[0]:17}{slurm[1]}")
     return lines
+
+
+def slurm_figures(job: dict[str, Any]) -> tuple[str, str] | None:
+    """Slurm's own figures for the job beside the cgroups' CPU, as (label, words), the label
+    naming the tool a user would compare with: "Slurm (sstat)" while the job runs, "Slurm
+    (seff)" after; None when Slurm gave none. `sing job` and the Job page show the same."""
+    cpu_s, rss = job.get("slurm_cpu_s"), job.get("slurm_max_rss_bytes")
+    if cpu_s is None and rss is None:
+        return None
+    cpu = "n/a" if cpu_s is None else _cpu_amount(cpu_s)
+    source = "Slurm (sstat)" if job.get("slurm_source") == "sstat" else "Slurm (seff)"
+    cgroups = "n/a" if job["cpu_core_s"] is None else _cpu_amount(job["cpu_core_s"])
+    return source, (
+        f"CPU {cpu}, memory {scaled_bytes(rss, binary=True)}; the node's cgroups: CPU {cgroups}"
+    )
 
 
 def _host_node_lines(job: dict[str, Any]) -> list[str]:

@@ -13,7 +13,6 @@ from sing.dashboards import data, policy_data
 from sing.dashboards.policy_view import warning_banners
 from sing.dashboards.widgets import data_span, job_report_section, visit
 from sing.errors import UserError
-from sing.policy.settings import site_coverage
 
 v = visit()
 span = data_span(v)
@@ -27,13 +26,7 @@ cluster = st.query_params.get("cluster")  # only needed where job ids repeat acr
 
 try:
     report = data.job_details(
-        v.warehouse,
-        job_id,
-        v.viewer.owner_filter(),
-        span.last,
-        v.config.thresholds,
-        cluster,
-        site_coverage(v.config),
+        v.warehouse, job_id, v.viewer.owner_filter(), span.last, v.config, cluster
     )
 except UserError as err:  # an id in several clusters: the message names them
     st.error(f"{err}. Add &cluster=NAME to the address.")

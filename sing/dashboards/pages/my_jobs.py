@@ -95,7 +95,7 @@ st.dataframe(
 st.subheader("One job in detail")
 job_id = st.selectbox("Job", jobs["job_id"].to_list(), key="detail_job")
 # The owner filter is the job's user here, so even a crafted selection shows only their jobs.
-report = data.job_details(v.warehouse, job_id, user, span.last, v.config.thresholds, needs=needs)
+report = data.job_details(v.warehouse, job_id, user, span.last, v.config)
 if report is not None:
     job_report_section(report)
     st.page_link(
