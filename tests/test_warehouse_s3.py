@@ -544,16 +544,17 @@ def spark(server: S3Server, tmp_path: Path) -> Iterator[object]:
 def test_spark_sql_gives_sings_counts_and_gpu_hours(s3: str, spark) -> None:
     """PySpark reads the Delta tables on S3 (`format("delta")`) and Spark SQL computes rows per
     day and the fairness report's GPU-hours per user: sing's figures. The same client code runs
-    against a site's Spark cluster with Delta Lake (docs/deploy.md)."""
+    against Apache Spark's Connect server with Delta Lake and Hadoop's `s3a://` (docs/deploy.md)."""
     wh = Warehouse(s3)
     fill(wh)
     wh.compact(DAY + timedelta(days=3))
     mine = figures(wh)
-    samples = spark.read.format("delta").load(f"{s3}/gpu_samples")
+    s3a = s3.replace("s3://", "s3a://", 1)  # Hadoop's scheme, which Sail reads too
+    samples = spark.read.format("delta").load(f"{s3a}/gpu_samples")
     per_day = samples.groupBy("day").count().orderBy("day").collect()
     assert [(r["day"], r["count"]) for r in per_day] == mine["per_day"]
 
-    spark.read.format("delta").load(f"{s3}/jobs").createOrReplaceTempView("jobs")
+    spark.read.format("delta").load(f"{s3a}/jobs").createOrReplaceTempView("jobs")
     window = {"since": DAY, "until": DAY + timedelta(days=2)}
     usage = spark.sql(USAGE_SQL, args=window).collect()
     got = [(r["user"], r["jobs"], r["gpu_hours"]) for r in usage]
