@@ -541,10 +541,21 @@ def spark(server: S3Server, tmp_path: Path) -> Iterator[object]:
         daemons.stop(process)
 
 
+# The fairness report's GPU-hours in Spark SQL: each job's GPUs times its time in the window.
+USAGE_SQL = """
+SELECT user, count(*) AS jobs,
+       sum(num_gpus * (unix_micros(least(coalesce(end_time, :until), :until))
+                       - unix_micros(greatest(start_time, :since))) / 3.6e9) AS gpu_hours
+FROM jobs
+WHERE start_time IS NOT NULL AND start_time < :until AND coalesce(end_time, :until) > :since
+GROUP BY user ORDER BY gpu_hours DESC
+"""
+
+
 def test_spark_sql_gives_sings_counts_and_gpu_hours(s3: str, spark) -> None:
     """PySpark reads the Delta tables on S3 (`format("delta")`) and Spark SQL computes rows per
-    day and the fairness report's GPU-hours per user: sing's figures. The same client code runs
-    against Apache Spark's Connect server with Delta Lake and Hadoop's `s3a://` (docs/deploy.md)."""
+    day and the fairness report's GPU-hours per user: sing's figures. The same code runs on
+    Apache Spark with Delta Lake and Hadoop's `s3a://` (docs/deploy.md)."""
     wh = Warehouse(s3)
     fill(wh)
     wh.compact(DAY + timedelta(days=3))
@@ -559,17 +570,6 @@ def test_spark_sql_gives_sings_counts_and_gpu_hours(s3: str, spark) -> None:
     usage = spark.sql(USAGE_SQL, args=window).collect()
     got = [(r["user"], r["jobs"], r["gpu_hours"]) for r in usage]
     assert [(u, j, pytest.approx(h)) for u, j, h in got] == mine["fairness"]
-
-
-# The fairness report's GPU-hours in Spark SQL: each job's GPUs times its time in the window.
-USAGE_SQL = """
-SELECT user, count(*) AS jobs,
-       sum(num_gpus * (unix_micros(least(coalesce(end_time, :until), :until))
-                       - unix_micros(greatest(start_time, :since))) / 3.6e9) AS gpu_hours
-FROM jobs
-WHERE start_time IS NOT NULL AND start_time < :until AND coalesce(end_time, :until) > :since
-GROUP BY user ORDER BY gpu_hours DESC
-"""
 
 
 def test_retention_on_s3_keeps_the_local_figures(s3: str, tmp_path: Path) -> None:
