@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 from sing.collector.dcgm_fields import names as dcgm_names
@@ -101,21 +102,24 @@ HEALTH_METRICS = frozenset(GPU_SIGNALS) | frozenset(GPU_BITMASKS) | frozenset(RD
 
 
 def add_health(values: HealthValues, s: Sample) -> None:
-    """Fold one sample of a HEALTH_METRICS series into a node's health values."""
+    """Fold one sample of a HEALTH_METRICS series into a node's health values. The key's
+    strings are interned: the collector keeps every node's last values (`LastValues`), and a
+    fleet's devices, UUIDs and signal names are each one string then, not one per series."""
     if not math.isfinite(s.value):
         return
     rdma_signal = RDMA_SIGNALS.get(s.name)
     key: tuple[str, str, str | None]
     if rdma_signal is not None:
         signal = rdma_signal(s)
-        key = ("rdma", f"{_label(s, 'device')}/{_label(s, 'port')}", None)
+        key = ("rdma", intern(f"{_label(s, 'device')}/{_label(s, 'port')}"), None)
     else:
         if s.labels.get("GPU_I_ID"):
             return  # a MIG instance of dcgm-exporter; health is per physical GPU
         gpu = _label(s, "gpu")
         if not ascii_digits(gpu):
             raise ParseError(f"{s.name}: gpu label {gpu!r} is not a number")
-        key = ("gpu", str(int(gpu)), s.labels.get("uuid") or s.labels.get("UUID") or None)
+        uuid = s.labels.get("uuid") or s.labels.get("UUID")
+        key = ("gpu", intern(str(int(gpu))), intern(uuid) if uuid else None)
         flags = GPU_BITMASKS.get(s.name)
         if flags is not None:
             mask = int(s.value)
@@ -124,7 +128,7 @@ def add_health(values: HealthValues, s: Sample) -> None:
             return
         signal = GPU_SIGNALS[s.name](s)
     if signal is not None:
-        values[(*key, signal)] = s.value
+        values[(*key, intern(signal))] = s.value
 
 
 class LastValues:
