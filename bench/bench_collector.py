@@ -138,7 +138,8 @@ def stages(collector: Collector, text: str, targets: list) -> dict[str, float]:
     lines are as on the target's last page (every round but a node's first), rows the round's
     RoundRows and Arrow tables, write the buffered writer's append."""
     n = len(targets)
-    health_digest = read_page(text)[3]  # a steady round: the health lines as on the last page
+    # a steady round: the health lines as on the target's last page
+    health_digest = read_page(text).health_digest
     parse_s, readings = cpu_of(lambda: [read_page(text, health_digest) for _ in range(n)])
     ts = datetime.now(UTC)
 

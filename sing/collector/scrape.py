@@ -15,6 +15,7 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sing.collector.client import PayloadError, fetch
 from sing.collector.convert import WANTED, WANTED_BESIDE_HEALTH, NodeReading, read_node
@@ -70,11 +71,15 @@ def read(page: Page, health_digest: bytes | None = None) -> Scrape:
     return Scrape(page.target, duration_s, reading, samples, dropped=dropped, health_digest=digest)
 
 
-def read_page(
-    text: str, health_digest: bytes | None = None
-) -> tuple[NodeReading, int, Drops, bytes | None]:
-    """One page's reading, its number of wanted samples, the values dropped from it (they fit
-    no column) and the digest of its health lines; a malformed wanted line raises ParseError.
+class PageReading(NamedTuple):
+    reading: NodeReading
+    samples: int  # wanted samples on the page
+    dropped: Drops  # values that fit no column (sing/collector/rows.py `fit_reading`)
+    health_digest: bytes | None  # of its health lines; None where they may be spelled otherwise
+
+
+def read_page(text: str, health_digest: bytes | None = None) -> PageReading:
+    """One page's reading; a malformed wanted line raises ParseError.
 
     A node's health series (error counters, flags) stay the same for months and are most of a
     page's wanted lines. Where their lines hash to `health_digest` (the target's last page
@@ -85,10 +90,10 @@ def read_page(
         samples = parse(text, WANTED_BESIDE_HEALTH)
         reading = read_node(samples)
         reading.health = None
-        return reading, len(samples) + len(lines), fit_reading(reading), digest
+        return PageReading(reading, len(samples) + len(lines), fit_reading(reading), digest)
     samples = parse(text, WANTED)
     reading = read_node(samples)
-    return reading, len(samples), fit_reading(reading), digest
+    return PageReading(reading, len(samples), fit_reading(reading), digest)
 
 
 def _describe(err: Exception) -> str:
