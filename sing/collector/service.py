@@ -16,7 +16,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -102,9 +102,10 @@ class Collector:
 
     def scrape_round(self) -> RoundSummary:
         """Scrape every target once and write the round. The pool fetches the pages; this
-        thread reads each as it arrives and turns a node into rows once all its targets are
-        read (dcgm-exporter and node_exporter may both describe it), so only the pages and
-        readings in flight are held, not the whole round's."""
+        thread reads each as soon as it arrives (a target that times out holds up no other)
+        and turns a node into rows once all its targets are read (dcgm-exporter and
+        node_exporter may both describe it), so only the pages and readings in flight are
+        held, not the whole round's."""
         started = time.monotonic()
         ts = datetime.now(UTC)
         targets = self.targets()
@@ -116,10 +117,11 @@ class Collector:
         readings: dict[NodeKey, NodeReading] = {}
         up = 0
         with cyclic_gc_paused():
-            pages = self._pool.map(
-                lambda t: fetch_page(t, s.scrape_timeout_s, s.max_payload_bytes), targets
-            )
-            for page in pages:
+            fetches = [
+                self._pool.submit(fetch_page, t, s.scrape_timeout_s, s.max_payload_bytes)
+                for t in targets
+            ]
+            for page in (fetch.result() for fetch in as_completed(fetches)):
                 key = self._node_key(page.target)
                 result = self._read(page, pages_of[key] == 1, digests)
                 self._record(ts, result, rows)
