@@ -203,9 +203,10 @@ def parquet_dataset(uris: list[str], schema: pa.Schema | None, day_base: str | N
     run time, which a site may not allow). `schema`: the columns wanted, missing ones NULL (else
     the first file's); `day_base`: the table whose `day=` directories are the hive partition.
 
-    Strings are read as Arrow's view types: delta-rs writes them so in the files of merges and
-    compactions, plain in appends, and Arrow cannot filter a dataset of both under the plain
-    type (`equal(string, string_view)`), but it casts plain files to the view type."""
+    Strings are read as Arrow's view types: delta-rs writes them so in the files of its merges
+    (the record tables' upserts), plain in appends, and Arrow cannot filter a dataset of both
+    under the plain type (`equal(string, string_view)`), but it casts plain files to the view
+    type."""
     partitioning = (
         ds.partitioning(pa.schema([("day", pa.date32())]), flavor="hive") if day_base else None
     )
