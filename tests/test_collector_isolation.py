@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sing.collector import rows as rows_module
 from sing.collector.convert import NodeReading
 from sing.collector.counters import CounterDeltas
 from sing.collector.rows import RoundRows, fit_reading
@@ -126,20 +127,26 @@ def test_collector_once_exits_0_with_a_bad_page(tmp_path: Path, pages: str):
     assert_round_stored(Warehouse(tmp_path / "wh"))
 
 
-def test_rows_that_still_do_not_convert_lose_only_their_node(caplog):
+@pytest.mark.parametrize("chunk_rows", [10_000, 1], ids=["one batch", "a batch per node"])
+def test_rows_that_still_do_not_convert_lose_only_their_node(caplog, monkeypatch, chunk_rows):
     """The last line of defence: a reading that skipped `fit_reading` (a future column, a bug)
-    costs its node's rows of that table, noted on its scrapes row, not the round."""
+    costs its node's rows of that table, noted on its scrapes row, not the round; so too when
+    the round's rows are turned into Arrow a few nodes at a time (`rows.CHUNK_ROWS`)."""
+    monkeypatch.setattr(rows_module, "CHUNK_ROWS", chunk_rows)
     rows = RoundRows(CounterDeltas())
     good, bad = NodeReading(gpus={0: {"util": 0.5}}), NodeReading(gpus={0: {"temp_c": "hot"}})
-    for node, reading in (("good", good), ("bad", bad)):
+    also_good = NodeReading(gpus={0: {"util": 0.25}})
+    for node, reading in (("good", good), ("bad", bad), ("also_good", also_good)):
         rows.add_scrape(TS, f"http://{node}/metrics", node, 0.01, 1, None)
         rows.add_node(TS, "c", node, reading)
     tables = rows.tables()
-    assert tables["gpu_samples"].column("node").to_pylist() == ["good"]
+    assert tables["gpu_samples"].column("node").to_pylist() == ["good", "also_good"]
+    assert tables["gpu_samples"].column("util").to_pylist() == [0.5, 0.25]
     scrapes = tables["scrapes"].select(["node", "dropped", "dropped_reasons"]).to_pylist()
     assert scrapes == [
         {"node": "good", "dropped": 0, "dropped_reasons": None},
         {"node": "bad", "dropped": 1, "dropped_reasons": "unconvertible_gpu_samples=1"},
+        {"node": "also_good", "dropped": 0, "dropped_reasons": None},
     ]
     assert rows.drops == {"http://bad/metrics": {"unconvertible_gpu_samples": 1}}
     assert "gpu_samples rows of node bad dropped" in caplog.text
