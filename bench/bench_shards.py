@@ -1,18 +1,19 @@
 """Several collectors on one warehouse: what concurrent appenders cost each other, side by side
 on local disk and on loopback S3.
 
-For 1 and then 3 writer processes on one fresh warehouse, each appends ROUNDS scrape rounds of its
-own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling `checkpoint_due()`
+For 1 and then 3 writer processes on one fresh warehouse, each appends ROUNDS scrape rounds of
+its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling `checkpoint_due()`
 after each as the collector does; printed: per-append latency p50/p95 (ms) over all writers,
-appends per second of all writers together, and the rows counted afterwards against the rows
-written (lost or doubled rows would show). Then the leader lease's own cost: taking it and
-renewing it (one conditional commit each), median of 20; and its failover: a process holding a
-6 s lease is killed (SIGKILL) at a random point of its renewal cycle while another asks for it
-every 2 s, as a follower collector does: seconds from the kill to the follower leading, 5 times
-(the design bounds it to 2/3 to 4/3 of the time to live). Each figure is measured on a local
-directory and then on a bucket of `weed server -s3` started as the tests start it
-(tests/s3_server.py; skipped without `weed`), on the same machine: the S3 figures show the
-protocol's cost, not a network's.
+appends per second of all writers together, the rows counted afterwards against the rows
+written (lost or doubled rows would show), and what the retry check after a failed append then
+costs (`Warehouse.landed`, which reads up to the newest 256 commits). Then the leader lease's
+own cost: taking it and renewing it (one conditional commit each), median of 20; and its
+failover: a process holding a 6 s lease is killed (SIGKILL) at a random point of its renewal
+cycle while another asks for it every 2 s, as a follower collector does: seconds from the kill
+to the follower leading, 5 times (the design bounds it to 2/3 to 4/3 of the time to live). Each
+figure is measured on a local directory and then on a bucket of `weed server -s3` started as the
+tests start it (tests/s3_server.py; skipped without `weed`), on the same machine: the S3 figures
+show the protocol's cost, not a network's.
 
     .venv/bin/python bench/bench_shards.py
 """
@@ -74,9 +75,10 @@ def write(root: str, writer: int) -> None:
     print(json.dumps({"times": times, "began": began, "ended": time.time()}))
 
 
-def concurrent(root: str, writers: int) -> tuple[float, float, float, int, int]:
-    """(p50 ms, p95 ms, appends/s, rows stored, rows written) for `writers` at once on the
-    fresh warehouse `root`."""
+def concurrent(root: str, writers: int) -> tuple[float, float, float, int, int, float]:
+    """(p50 ms, p95 ms, appends/s, rows stored, rows written, retry check ms) for `writers` at
+    once on the fresh warehouse `root`. The retry check is `landed` afterwards, which a writer
+    asks after a failed append (it reads the newest `RETRY_HISTORY` commits), median of 3."""
     Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
     procs = [
         subprocess.Popen([sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE)
@@ -95,7 +97,13 @@ def concurrent(root: str, writers: int) -> tuple[float, float, float, int, int]:
     assert doubled == 0
     p95 = times[int(0.95 * (len(times) - 1))]
     rate = len(times) / seconds  # from the first writer's first append to the last's last
-    return statistics.median(times), p95, rate, stored[0], writers * ROUNDS * NODES * GPUS
+    checks = []
+    for _ in range(3):
+        t = time.perf_counter()
+        assert Warehouse(root).landed("gpu_samples", ["no-such-batch"]) == set()
+        checks.append((time.perf_counter() - t) * 1e3)
+    written = writers * ROUNDS * NODES * GPUS
+    return statistics.median(times), p95, rate, stored[0], written, statistics.median(checks)
 
 
 def lease_costs(root: str) -> tuple[float, float]:
@@ -148,10 +156,16 @@ def failover(fresh: Callable[[], str]) -> list[float]:
 def measure(where: str, fresh: Callable[[], str]) -> None:
     """Print every figure for warehouses made by `fresh()` (each call a new, empty one)."""
     print(f"{where}: {ROUNDS} appends of {NODES * GPUS} rows per writer, one warehouse")
-    print(f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}")
+    print(
+        f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}"
+        f" {'retry check ms':>15}"
+    )
     for writers in (1, 3):
-        p50, p95, rate, stored, written = concurrent(fresh(), writers)
-        print(f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}")
+        p50, p95, rate, stored, written, check = concurrent(fresh(), writers)
+        print(
+            f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}"
+            f" {check:>15.1f}"
+        )
     take, renew = lease_costs(fresh())
     print(f"{where}: leader lease take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
     took = ", ".join(f"{s:.1f}" for s in failover(fresh))
