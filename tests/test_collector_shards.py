@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -253,7 +253,7 @@ def fleet(
 
 @pytest.mark.timeout(150)
 def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
-    fleet: Fleet,
+    fleet: Fleet, record_property: Callable[[str, object], None]
 ) -> None:
     began = time.time()
     first = fleet.start(*range(1, SHARDS + 1))
@@ -265,6 +265,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     killed_leader_at = time.time()
     successor = fleet.leader()  # after the killed leader's lease lapsed
     assert successor is not leader
+    record_property("failover_s", round(time.time() - killed_leader_at, 1))  # for --junitxml
     fleet.wait_rounds(*fleet.start(leader.shard))
     follower = next(r for r in fleet.live() if r is not successor)
     fleet.end(follower, signal.SIGKILL)
@@ -274,6 +275,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     for run in fleet.live():
         fleet.end(run, signal.SIGTERM)
     seconds = time.time() - began
+    record_property("collectors_s", round(seconds, 1))
 
     con = fleet.wh.connect()
     doubled = con.execute(
