@@ -4,16 +4,16 @@ on local disk and on loopback S3.
 For 1 and then 3 writer processes on one fresh warehouse, each appends ROUNDS scrape rounds of
 its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling `checkpoint_due()`
 after each as the collector does; printed: per-append latency p50/p95 (ms) over all writers,
-appends per second of all writers together, the rows counted afterwards against the rows
-written (lost or doubled rows would show), and what the retry check after a failed append then
-costs (`Warehouse.landed`, which reads up to the newest 256 commits). Then the leader lease's
-own cost: taking it and renewing it (one conditional commit each), median of 20; and its
-failover: a process holding a 6 s lease is killed (SIGKILL) at a random point of its renewal
-cycle while another asks for it every 2 s, as a follower collector does: seconds from the kill
-to the follower leading, 5 times (the design bounds it to 2/3 to 4/3 of the time to live). Each
-figure is measured on a local directory and then on a bucket of `weed server -s3` started as the
-tests start it (tests/s3_server.py; skipped without `weed`), on the same machine: the S3 figures
-show the protocol's cost, not a network's.
+appends per second of all writers together, the rows counted afterwards against the rows written
+(lost or doubled rows would show), the p50 of the checkpoint checks, and what the retry check
+after a failed append then costs (`Warehouse.landed`, which reads up to the newest 256 commits).
+Then the leader lease's own cost: taking it and renewing it (one conditional commit each),
+median of 20; and its failover: a process holding a 6 s lease is killed (SIGKILL) at a random
+point of its renewal cycle while another asks for it every 2 s, as a follower collector does:
+seconds from the kill to the follower leading, 5 times (the design bounds it to 2/3 to 4/3 of
+the time to live). Each figure is measured on a local directory and then on a bucket of `weed
+server -s3` started as the tests start it (tests/s3_server.py; skipped without `weed`), on the
+same machine: the S3 figures show the protocol's cost, not a network's.
 
     .venv/bin/python bench/bench_shards.py
 """
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -62,23 +63,37 @@ def scrape(writer: int, i: int) -> pl.DataFrame:
 
 
 def write(root: str, writer: int) -> None:
-    """One writer process: ROUNDS appends, then its latencies (ms) and when it began and ended
-    appending (epoch s) as JSON on stdout."""
+    """One writer process: ROUNDS appends, then the latencies (ms) of its appends and of its
+    checkpoint checks, and when it began and ended appending (epoch s), as JSON on stdout."""
     wh = Warehouse(root)
-    times = []
+    times, checks = [], []
     began = time.time()
     for i in range(ROUNDS):
         t = time.perf_counter()
         wh.append("gpu_samples", scrape(writer, i))
         times.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
         wh.checkpoint_due()
-    print(json.dumps({"times": times, "began": began, "ended": time.time()}))
+        checks.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({"times": times, "checks": checks, "began": began, "ended": time.time()}))
 
 
-def concurrent(root: str, writers: int) -> tuple[float, float, float, int, int, float]:
-    """(p50 ms, p95 ms, appends/s, rows stored, rows written, retry check ms) for `writers` at
-    once on the fresh warehouse `root`. The retry check is `landed` afterwards, which a writer
-    asks after a failed append (it reads the newest `RETRY_HISTORY` commits), median of 3."""
+@dataclass
+class Figures:
+    """What `concurrent` measured."""
+
+    p50_ms: float
+    p95_ms: float
+    rate: float  # appends per second, all writers together
+    stored: int
+    written: int
+    checkpoint_check_ms: float  # `checkpoint_due` after each append, p50
+    retry_check_ms: float  # `landed` afterwards, median of 3
+
+
+def concurrent(root: str, writers: int) -> Figures:
+    """`writers` at once on the fresh warehouse `root`. The retry check is `landed` afterwards,
+    which a writer asks after a failed append (it reads the newest `RETRY_HISTORY` commits)."""
     Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
     procs = [
         subprocess.Popen([sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE)
@@ -95,15 +110,20 @@ def concurrent(root: str, writers: int) -> tuple[float, float, float, int, int, 
         "GROUP BY ALL HAVING count(*) > 1)"
     ).fetchone()[0]
     assert doubled == 0
-    p95 = times[int(0.95 * (len(times) - 1))]
-    rate = len(times) / seconds  # from the first writer's first append to the last's last
-    checks = []
+    retries = []
     for _ in range(3):
         t = time.perf_counter()
         assert Warehouse(root).landed("gpu_samples", ["no-such-batch"]) == set()
-        checks.append((time.perf_counter() - t) * 1e3)
-    written = writers * ROUNDS * NODES * GPUS
-    return statistics.median(times), p95, rate, stored[0], written, statistics.median(checks)
+        retries.append((time.perf_counter() - t) * 1e3)
+    return Figures(
+        p50_ms=statistics.median(times),
+        p95_ms=times[int(0.95 * (len(times) - 1))],
+        rate=len(times) / seconds,  # from the first writer's first append to the last's last
+        stored=stored[0],
+        written=writers * ROUNDS * NODES * GPUS,
+        checkpoint_check_ms=statistics.median(t for out in outs for t in out["checks"]),
+        retry_check_ms=statistics.median(retries),
+    )
 
 
 def lease_costs(root: str) -> tuple[float, float]:
@@ -158,13 +178,14 @@ def measure(where: str, fresh: Callable[[], str]) -> None:
     print(f"{where}: {ROUNDS} appends of {NODES * GPUS} rows per writer, one warehouse")
     print(
         f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}"
-        f" {'retry check ms':>15}"
+        f" {'checkpoint check ms':>20} {'retry check ms':>15}"
     )
     for writers in (1, 3):
-        p50, p95, rate, stored, written, check = concurrent(fresh(), writers)
+        f = concurrent(fresh(), writers)
         print(
-            f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}"
-            f" {check:>15.1f}"
+            f"{writers:>8} {f.p50_ms:>8.1f} {f.p95_ms:>8.1f} {f.rate:>10.1f}"
+            f" {f.stored:>7}/{f.written:<8}"
+            f" {f.checkpoint_check_ms:>20.1f} {f.retry_check_ms:>15.1f}"
         )
     take, renew = lease_costs(fresh())
     print(f"{where}: leader lease take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
