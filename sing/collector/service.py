@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -341,7 +342,14 @@ def run_forever(
         poll_s = collector.leadership.ttl_s / 3
         leading = collector.leadership.leading
         scheduler.add_job(leading, "interval", seconds=poll_s, next_run_time=now, **common)
-    signal.signal(signal.SIGTERM, lambda *_: scheduler.shutdown(wait=False))
+
+    # Stopped from a thread of its own: the handler runs in the main thread, which may hold the
+    # lock of the scheduler's wake-up Event right then, and `shutdown` sets that Event (a
+    # deadlock: the collector would never stop).
+    def stop(*_: object) -> None:
+        threading.Thread(target=scheduler.shutdown, kwargs={"wait": False}).start()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         scheduler.start()
     except KeyboardInterrupt:

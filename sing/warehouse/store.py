@@ -78,6 +78,9 @@ class Warehouse:
         at the first write, not before: a reader may hold read-only credentials."""
         self._prepared = False
         self._lease: lease.Lease | None = None
+        # How long the maintenance lease taken on object storage lasts unless renewed: how
+        # long a maintainer killed while holding it keeps every other one out.
+        self.maintenance_lease_s = lease.TTL_S
         if files.is_uri(root):
             self.root: Location = str(root).rstrip("/")
             return
@@ -353,7 +356,7 @@ class Warehouse:
                 if isinstance(self.root, Path):
                     yield True
                     return
-                taken = lease.acquire(self.root)
+                taken = lease.acquire(self.root, lease.MAINTENANCE, self.maintenance_lease_s)
                 if isinstance(taken, str):
                     log.warning("%s: maintenance skipped: its lease is %s", self.root, taken)
                     yield False
