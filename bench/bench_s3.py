@@ -55,7 +55,7 @@ def measure(root: str | Path) -> dict[str, float]:
         wh.append("gpu_samples", scrape(i))
         times.append((time.perf_counter() - t) * 1e3)
         if i % 10 == 0:
-            wh.checkpoint_due()
+            wh.checkpoint_due(["gpu_samples"])  # as a collector checks the tables it wrote
     opens, queries = [], []
     for _ in range(5):
         t = time.perf_counter()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
@@ -250,15 +251,17 @@ def _keep_rollup(wh: Warehouse, rollup: Rollup, day: date, day_rolled: list[Live
     delta.commit(dt, [*adds, *(delta.remove_action(r) for r in current)], "retention")
 
 
-def checkpoint_due(wh: Warehouse) -> list[str]:
-    """Checkpoint the tables whose logs have `CHECKPOINT_EVERY` commits since their last
-    checkpoint; returns their names. Each commit re-reads the entries since the checkpoint, so
-    a writer calls this after each round to keep commits cheap between compactions. It skips
-    when a maintainer is at work (that one checkpoints too) and costs a few stats otherwise
-    (the lock, and on object storage the lease, is taken only when some log is long)."""
+def checkpoint_due(wh: Warehouse, names: Collection[str] | None = None) -> list[str]:
+    """Checkpoint the tables (`names`, else all) whose logs have `CHECKPOINT_EVERY` commits
+    since their last checkpoint; returns their names. Each commit re-reads the entries since
+    the checkpoint, so a writer calls this after each round, for the tables it wrote, to keep
+    commits cheap between compactions. It skips when a maintainer is at work (that one
+    checkpoints too) and costs a few stats otherwise, a few object reads per table on object
+    storage (the lock, and there the lease, is taken only when some log is long)."""
     done: list[str] = []
     tables = {
-        name: delta.open_table(wh.table_dir(name), refresh=False) for name in [*TABLES, *ROLLUPS]
+        name: delta.open_table(wh.table_dir(name), refresh=False)
+        for name in (names if names is not None else [*TABLES, *ROLLUPS])
     }
     due = {
         name: dt

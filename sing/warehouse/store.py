@@ -388,10 +388,11 @@ class Warehouse:
 
     # ---- maintenance ---------------------------------------------------------------------
 
-    def checkpoint_due(self) -> list[str]:
-        """Checkpoint the logs that grew long since the last one (see `maintenance`)."""
+    def checkpoint_due(self, names: Collection[str] | None = None) -> list[str]:
+        """Checkpoint the logs (of `names`, else all) that grew long since the last one (see
+        `maintenance`)."""
         self._prepare_writing()
-        return maintenance.checkpoint_due(self)
+        return maintenance.checkpoint_due(self, names)
 
     def compact(
         self, now: datetime | None = None, settle_s: float | None = None
