@@ -7,7 +7,7 @@ its own 16 nodes x 8 GPUs (128 `gpu_samples` rows) as fast as it can, calling
 latency p50/p95 (ms) over all writers, appends per second of all writers together, the rows
 counted afterwards against the rows written (lost or doubled rows would show), the p50 of
 the checkpoint checks, and what the retry check after a failed append then costs
-(`Warehouse.landed`, which reads up to the newest 256 commits).
+(`Warehouse.landed`, which reads the newest 256 commits and back to before the batch was made).
 Then the leader lease's own cost: taking it and renewing it (one conditional commit each),
 median of 20; and its failover: a process holding a 6 s lease is killed (SIGKILL) at a random
 point of its renewal cycle while another asks for it every 2 s, as a follower collector does:
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sing.collector.leader import Leadership  # noqa: E402
 from sing.collector.selfmetrics import SelfMetrics  # noqa: E402
 from sing.warehouse import files, lease  # noqa: E402
-from sing.warehouse.store import Warehouse  # noqa: E402
+from sing.warehouse.store import Warehouse, batch_id  # noqa: E402
 from tests import s3_server  # noqa: E402
 
 ROUNDS = 60
@@ -114,7 +114,7 @@ def concurrent(root: str, writers: int) -> Figures:
     retries = []
     for _ in range(3):
         t = time.perf_counter()
-        assert Warehouse(root).landed("gpu_samples", ["no-such-batch"]) == set()
+        assert Warehouse(root).landed("gpu_samples", [batch_id()]) == set()
         retries.append((time.perf_counter() - t) * 1e3)
     return Figures(
         p50_ms=statistics.median(times),

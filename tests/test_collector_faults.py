@@ -18,8 +18,8 @@ import pytest
 
 from sing.collector.selfmetrics import SelfMetrics
 from sing.collector.writer import BufferedWriter
-from sing.warehouse import delta
-from sing.warehouse.store import Warehouse
+from sing.warehouse import delta, store
+from sing.warehouse.store import Warehouse, batch_id
 from tests.ports import free_port
 from tests.test_collector_scrape import (  # noqa: F401 - `exporter` is a fixture
     exporter,
@@ -190,3 +190,19 @@ def test_a_retried_round_stores_each_sample_once(
     rows = con.execute("SELECT second(ts), count(*) FROM gpu_samples GROUP BY 1 ORDER BY 1")
     assert rows.fetchall() == [(0, 4), (1, 4), (2, 4)]
     assert writer.buffered_rows == 0
+
+
+def test_a_landed_batch_is_found_however_many_commits_followed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other collectors' commits can bury a landed batch below the newest RETRY_HISTORY (with
+    30 collectors on 15 s rounds, 256 commits are two minutes of an outage): `landed` reads back
+    to before the batch was made, so its retry is not stored twice."""
+    monkeypatch.setattr(store, "RETRY_HISTORY", 4)
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("gpu_samples", gpu_batch(0))
+    ours = batch_id()
+    wh.append("gpu_samples", gpu_batch(1), [ours])
+    for second in range(2, 20):  # 18 other rounds committed meanwhile
+        wh.append("gpu_samples", gpu_batch(second), [batch_id()])
+    assert wh.landed("gpu_samples", [ours, batch_id()]) == {ours}

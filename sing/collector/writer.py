@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import deque
 
 import pyarrow as pa
@@ -28,7 +27,7 @@ from sing.collector.selfmetrics import SelfMetrics
 from sing.errors import UserError
 from sing.schema import TABLES
 from sing.warehouse.files import uninterrupted
-from sing.warehouse.store import Warehouse
+from sing.warehouse.store import Warehouse, batch_id
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class BufferedWriter:
     def write(self, batches: dict[str, pa.Table]) -> None:
         """Queue this round's batches and write everything queued, oldest first."""
         with self._lock:
-            self._pending.extend((n, t, uuid.uuid4().hex) for n, t in batches.items())
+            self._pending.extend((n, t, batch_id()) for n, t in batches.items())
             self._drop_overflow()
             with uninterrupted():  # Ctrl-C comes after the round's tables, never between two
                 self._flush()
@@ -62,7 +61,7 @@ class BufferedWriter:
             failed = {
                 name
                 for name, batch in batches.items()
-                if not self._append(name, batch, [uuid.uuid4().hex])
+                if not self._append(name, batch, [batch_id()])
             }
             self._failing = bool(failed)
             return failed

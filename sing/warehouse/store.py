@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -56,9 +57,28 @@ log = logging.getLogger(__name__)
 MICROS_PER_DAY = 86_400_000_000
 # Commit metadata naming the sample batches a commit holds (see `Warehouse.append`).
 BATCHES = "sing.batches"
-# How many of a table's newest commits `landed` reads: a retry comes a round or two later,
-# after a commit or two of each other collector writing the warehouse (up to tens of them).
+# How many of a table's newest commits `landed` reads at least: a retry comes a round or two
+# later, after a commit or two of each other collector writing the warehouse.
 RETRY_HISTORY = 256
+# ...and further back, to this long before the oldest batch was made: with 30 collectors on 15 s
+# rounds, 256 commits are two minutes, shorter than an outage. Several collectors' clocks may
+# differ by up to this much (a commit's timestamp is its writer's clock).
+CLOCK_SKEW_MS = 10 * 60 * 1000
+
+
+def batch_id() -> str:
+    """A new sample batch's id, for `append` and `landed`: when it was made (ms since the
+    epoch, hex), then a random part."""
+    return f"{time.time_ns() // 1_000_000:x}-{uuid.uuid4().hex}"
+
+
+def _made_ms(batch: str) -> int | None:
+    """When a batch was made; None for an id without it (one made before ids carried it)."""
+    made, sep, _ = batch.partition("-")
+    try:
+        return int(made, 16) if sep else None
+    except ValueError:
+        return None
 
 
 class Warehouse:
@@ -203,12 +223,21 @@ class Warehouse:
         return batch.num_rows
 
     def landed(self, name: str, batch_ids: Collection[str]) -> set[str]:
-        """Which of these sample batches a recent commit of the table holds: an append that
-        raised after its log entry was written (an fsync that failed) did land."""
+        """Which of these sample batches a commit of the table holds: an append that raised
+        after its log entry was written (an fsync that failed, a reply lost) did land. It reads
+        the newest commits back to well before the oldest batch was made, however many other
+        collectors committed since."""
         dt = delta.open_table(self.table_dir(name))
         if dt is None:
             return set()
-        recent = dt.history(limit=RETRY_HISTORY)
+        made = [ms for ms in map(_made_ms, batch_ids) if ms is not None]
+        since = min(made) - CLOCK_SKEW_MS if made else None
+        limit = RETRY_HISTORY
+        while True:
+            recent = dt.history(limit=limit)
+            if len(recent) < limit or since is None or recent[-1]["timestamp"] < since:
+                break
+            limit *= 4
         found = {i for entry in recent for i in str(entry.get(BATCHES, "")).split(",")}
         return found & set(batch_ids)
 
