@@ -24,7 +24,6 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sing.warehouse import files  # noqa: E402
 from sing.warehouse.store import Warehouse  # noqa: E402
 from tests import s3_server  # noqa: E402
 
@@ -85,7 +84,6 @@ def main() -> None:
         (Path(scratch) / "weed").mkdir()
         with s3_server.seaweedfs(Path(scratch) / "weed") as server:
             os.environ.update(server.env())
-            files.object_store.cache_clear()
             remote = measure(f"s3://{server.new_bucket()}/wh")
     print(f"{'ms':<14}{'local disk':>12}{'loopback S3':>13}")
     for name, value in local.items():

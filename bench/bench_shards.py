@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sing.collector.leader import Leadership  # noqa: E402
 from sing.collector.selfmetrics import SelfMetrics  # noqa: E402
-from sing.warehouse import files, lease  # noqa: E402
+from sing.warehouse import lease  # noqa: E402
 from sing.warehouse.store import Warehouse, batch_id  # noqa: E402
 from tests import s3_server  # noqa: E402
 
@@ -204,7 +204,6 @@ def main() -> None:
         (Path(scratch) / "weed").mkdir()
         with s3_server.seaweedfs(Path(scratch) / "weed") as server:
             os.environ.update(server.env())  # the writer and holder processes inherit it
-            files.object_store.cache_clear()
             print()
             measure("loopback S3", lambda: f"s3://{server.new_bucket()}/wh")
 

@@ -36,7 +36,7 @@ from sing.collector.settings import CollectorSettings
 from sing.collector.shard import Shard, bucket
 from sing.config import Config
 from sing.executors.records import NodeRecord
-from sing.warehouse import delta, files, lease
+from sing.warehouse import delta, lease
 from sing.warehouse.maintenance import CHECKPOINT_EVERY
 from sing.warehouse.store import Warehouse
 from tests import daemons, s3_server
@@ -215,9 +215,7 @@ def warehouse(
     server: s3_server.S3Server = request.getfixturevalue("s3")
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
-    files.object_store.cache_clear()
     yield Warehouse(f"s3://{server.new_bucket()}/warehouse"), server.env()
-    files.object_store.cache_clear()
 
 
 @pytest.fixture

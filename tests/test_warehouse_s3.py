@@ -55,9 +55,7 @@ def s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A warehouse URI in a fresh bucket, with this process pointed at the server."""
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
-    files.object_store.cache_clear()
     yield f"s3://{server.new_bucket()}/warehouse"
-    files.object_store.cache_clear()
 
 
 def samples(start: datetime, n: int, node: str = "n1") -> pl.DataFrame:
@@ -139,6 +137,22 @@ def test_seaweedfs_honours_if_none_match_even_when_racing(server: S3Server) -> N
     with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda i: server.put(f"{bucket}/race", b"%d" % i, once), range(16)))
     assert sorted(codes) == [200] + [412] * 15
+
+
+def test_the_s3_client_follows_the_variables_it_was_made_from(
+    server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client made under other `AWS_*` variables is never handed out: it would send this
+    warehouse's requests to AWS itself (seen once, a client cached while no endpoint was set)."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    to_aws = files.object_store()
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = server.new_bucket()
+    files.write_text(f"s3://{bucket}/probe", "here")
+    assert files.object_store() is not to_aws
+    assert files.object_store() is files.object_store()
+    assert files.read_text(f"s3://{bucket}/probe") == "here"
 
 
 def test_writes_reads_and_maintenance_give_the_local_figures(s3: str, tmp_path: Path) -> None:

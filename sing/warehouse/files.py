@@ -124,16 +124,22 @@ def storage_options() -> dict[str, str]:
     return {"conditional_put": "etag"}
 
 
-@cache
 def object_store() -> pafs.S3FileSystem:
     """pyarrow's S3 client, for the data files: endpoint and region from the `AWS_*` variables
-    as delta-rs reads them (pyarrow reads the credentials itself)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    as delta-rs reads them now (pyarrow reads the credentials itself)."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return _object_store(os.environ.get("AWS_ENDPOINT_URL", ""), region)
+
+
+@cache
+def _object_store(endpoint: str, region: str) -> pafs.S3FileSystem:
+    """One client per endpoint and region: a client made under other variables is never
+    handed out after they changed (delta-rs, beside it, reads them at each call)."""
     scheme, _, host = endpoint.rpartition("://")
     return pafs.S3FileSystem(
         endpoint_override=host or None,
         scheme=scheme or "https",
-        region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        region=region,
         allow_bucket_creation=False,
     )
 
