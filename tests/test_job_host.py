@@ -6,6 +6,7 @@ their resets, the per-job figures, and end to end from a fake node through real 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from datetime import datetime, timedelta
@@ -206,6 +207,27 @@ def test_the_job_page_shows_the_same_figures_and_notes(
     assert shown["CPU cores in use"] == "8.0 of 16"
     assert shown["Peak host memory"] == "10.0 GiB"
     assert shown["Disk read / written"] == "16.0 MB / 16.0 MB"
+
+
+def test_my_jobs_lists_each_jobs_cpu_efficiency_and_host_memory(
+    wh: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The My jobs table gives each job `sing job`'s CPU efficiency and peak host memory
+    against its request, as jobstats' job list does; unknown (P: one node's cgroups only)
+    stays empty."""
+    config = wh.root.parent / "sing.toml"
+    config.write_text('[dashboard]\nauth = "oidc"\nallowed_domains = ["campus.edu"]\n')
+    monkeypatch.setenv("SING_WAREHOUSE", str(wh.root))
+    monkeypatch.setenv("SING_CONFIG", str(config))
+    table = open_app("alice", "my_jobs").dataframe[0].value
+    rows = {
+        job.removeprefix("job?job="): (cpu, mem)
+        for job, cpu, mem in zip(
+            table["job"], table["cpu_efficiency"], table["host_mem_ratio"], strict=True
+        )
+    }
+    assert rows["H"] == (pytest.approx(0.5), pytest.approx(10 / 64))  # 10 of 64 GiB
+    assert all(value is None or math.isnan(value) for value in rows["P"])  # empty cells
 
 
 # ---- end to end ----------------------------------------------------------------------------

@@ -193,6 +193,12 @@ def job_usage(
     return frame if user is None else frame.filter(pl.col("user") == user)
 
 
+@cached
+def job_host(root: str, now: datetime) -> pl.DataFrame:
+    """Each job's CPU efficiency and host memory peak against its request (`sing job`'s)."""
+    return analytics.job_host(connect(root), now)
+
+
 def efficiency_trend(jobs: pl.DataFrame, every: str = "1d") -> pl.DataFrame:
     """GPU-hour-weighted mean utilisation of the jobs started in each period."""
     return (

@@ -99,6 +99,12 @@ JOB_COLUMNS = {
         "coverage", format="percent", help="share of the expected samples the figures rest on"
     ),
     "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
+    "cpu_efficiency": st.column_config.NumberColumn(
+        "CPU efficiency", format="percent", help="core-seconds used / allocated (cgroups)"
+    ),
+    "host_mem_ratio": st.column_config.NumberColumn(
+        "host memory peak / requested", format="percent"
+    ),
     "wasted_gpu_hours": st.column_config.NumberColumn("wasted GPU-h", format="%.1f"),
     "rdma_gb_per_node_hour": st.column_config.NumberColumn("RDMA GB/node-h", format="%.2f"),
 }

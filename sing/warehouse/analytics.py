@@ -303,6 +303,12 @@ def job_usage(
     return con.sql(JOB_COVERAGE_SQL, params=params).pl()
 
 
+def job_host(con: duckdb.DuckDBPyConnection, now: datetime | None = None) -> pl.DataFrame:
+    """Each job's CPU efficiency and host memory against its request, from its cgroups (a job
+    none of whose cgroups was read has no row; one read on only some nodes has NULL sums)."""
+    return con.sql(JOB_HOST_SQL, params={"now": now or datetime.now(UTC)}).pl()
+
+
 def utilization_by_node_count(
     con: duckdb.DuckDBPyConnection,
     since: datetime | None = None,

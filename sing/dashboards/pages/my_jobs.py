@@ -35,6 +35,10 @@ with st.spinner("Loading jobs..."):
     jobs = data.job_usage(v.warehouse, since, until, user, needs).sort(
         "start_time", descending=True
     )
+    host = data.job_host(v.warehouse, until).select(
+        "cluster", "job_id", "cpu_efficiency", "host_mem_ratio"
+    )
+    jobs = jobs.join(host, on=["cluster", "job_id"], how="left", maintain_order="left")
 
 if jobs.is_empty():
     st.info(f"{user} has no job that ran in this window.")
@@ -87,6 +91,8 @@ st.dataframe(
         "mean_util",
         "coverage",
         "idle_gpu_hours",
+        "cpu_efficiency",
+        "host_mem_ratio",
     ),
     hide_index=True,
     column_config=JOB_COLUMNS,
