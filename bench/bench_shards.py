@@ -94,7 +94,7 @@ class Figures:
 
 def concurrent(root: str, writers: int) -> Figures:
     """`writers` at once on the fresh warehouse `root`. The retry check is `landed` afterwards,
-    which a writer asks after a failed append (it reads the newest `RETRY_HISTORY` commits)."""
+    which a writer asks after a failed append (it reads back to before its batch was made)."""
     Warehouse(root).append("gpu_samples", scrape(-1, 0))  # the table exists before the race
     procs = [
         subprocess.Popen([sys.executable, __file__, "write", root, str(w)], stdout=subprocess.PIPE)

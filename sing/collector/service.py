@@ -127,10 +127,11 @@ class Collector:
                 result = self._read(page, pages_of[key] == 1, digests)
                 self._record(ts, result, rows)
                 up += result.error is None
-                if result.reading is not None and key in readings:
-                    readings[key].merge(result.reading)
-                elif result.reading is not None:
-                    readings[key] = result.reading
+                if result.reading is not None:
+                    if key in readings:
+                        readings[key].merge(result.reading)
+                    else:
+                        readings[key] = result.reading
                 unread[key] -= 1
                 if not unread[key] and key in readings:
                     rows.add_node(ts, *key, readings.pop(key))

@@ -72,13 +72,9 @@ def batch_id() -> str:
     return f"{time.time_ns() // 1_000_000:x}-{uuid.uuid4().hex}"
 
 
-def _made_ms(batch: str) -> int | None:
-    """When a batch was made; None for an id without it (one made before ids carried it)."""
-    made, sep, _ = batch.partition("-")
-    try:
-        return int(made, 16) if sep else None
-    except ValueError:
-        return None
+def _made_ms(batch: str) -> int:
+    """When a batch (`batch_id`) was made, ms since the epoch."""
+    return int(batch.partition("-")[0], 16)
 
 
 class Warehouse:
@@ -228,16 +224,12 @@ class Warehouse:
         the newest commits back to well before the oldest batch was made, however many other
         collectors committed since."""
         dt = delta.open_table(self.table_dir(name))
-        if dt is None:
+        if dt is None or not batch_ids:
             return set()
-        made = [ms for ms in map(_made_ms, batch_ids) if ms is not None]
-        since = min(made) - CLOCK_SKEW_MS if made else None
+        since = min(map(_made_ms, batch_ids)) - CLOCK_SKEW_MS
         limit = RETRY_HISTORY
-        while True:
-            recent = dt.history(limit=limit)
-            if len(recent) < limit or since is None or recent[-1]["timestamp"] < since:
-                break
-            limit *= 4
+        while len(recent := dt.history(limit=limit)) == limit and recent[-1]["timestamp"] >= since:
+            limit *= 4  # all newer than `since`: read further back
         found = {i for entry in recent for i in str(entry.get(BATCHES, "")).split(",")}
         return found & set(batch_ids)
 
