@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from sing.schema import table
 from sing.warehouse import delta, maintenance
-from sing.warehouse.store import Warehouse, conform
+from sing.warehouse.store import Warehouse, conform, newest_per_key
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, 23, 0, tzinfo=UTC)
@@ -430,3 +430,18 @@ def test_a_column_added_to_the_schema_reaches_a_table_created_without_it(
     assert stored == value
     fields = {f.name for f in DeltaTable(str(wh.table_dir(name))).schema().fields}
     assert column in fields
+
+
+def test_a_merge_takes_the_newest_row_of_each_key_nulls_and_ties_included() -> None:
+    """The source rows a merge takes: per key (a NULL cluster a key like any other), the newest
+    `recorded_at`, and of two equally new rows the one sent first; in the batch's order."""
+    batch = pa.table(
+        {
+            "cluster": ["a", "a", "a", None, None, "b"],
+            "job_id": ["1", "1", "2", "3", "3", "1"],
+            "recorded_at": [1, 5, 2, 7, 7, 3],
+            "sent": ["1a-old", "1a-new", "2a", "3-first", "3-second", "1b"],
+        }
+    )
+    kept = newest_per_key(batch, ("cluster", "job_id"))
+    assert kept.column("sent").to_pylist() == ["1a-new", "2a", "3-first", "1b"]

@@ -22,11 +22,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 ROW_GROUP_ROWS = 131_072  # small enough for ts zone maps to prune a job's window inside a day
 PARALLEL_WRITE_ROWS = 1_000_000  # a batch this big is written as parallel files
@@ -212,7 +215,12 @@ def parquet_dataset(uris: list[str], schema: pa.Schema | None, day_base: str | N
     Strings are read as Arrow's view types: delta-rs writes them so in the files of its merges
     (the record tables' upserts), plain in appends, and Arrow cannot filter a dataset of both
     under the plain type (`equal(string, string_view)`), but it casts plain files to the view
-    type."""
+    type.
+
+    `pyarrow.dataset` is imported here, not at the top: 9 MB resident (more where pandas is not
+    yet loaded, which it imports) that a collector on local disk never needs."""
+    import pyarrow.dataset as ds
+
     partitioning = (
         ds.partitioning(pa.schema([("day", pa.date32())]), flavor="hive") if day_base else None
     )

@@ -33,11 +33,10 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from functools import cache
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import duckdb
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
@@ -51,6 +50,9 @@ from sing.warehouse.files import Location
 from sing.warehouse.maintenance import CompactionResult
 from sing.warehouse.rollups import ROLLUPS, Rollup, plan_day
 from sing.warehouse.sql import parquet_sql, q, source_sql
+
+if TYPE_CHECKING:  # polars is not imported at run time: the collector's process stays small
+    import polars as pl
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +466,7 @@ def check_conditional_put(root: str) -> None:
 
 def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
     """Cast a batch to the table's schema: fill missing nullable columns, reject unknown ones."""
-    if isinstance(data, pl.DataFrame):
+    if not isinstance(data, pa.Table):  # a polars DataFrame
         data = data.to_arrow()
     unknown = [c for c in data.column_names if c not in spec.schema.names]
     if unknown:
@@ -539,13 +541,19 @@ def _by_day(live: list[LiveFile]) -> dict[date | None, list[LiveFile]]:
 
 
 def newest_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
-    """One row per key, the newest `recorded_at`: a merge takes one source row per key."""
-    frame = pl.from_arrow(batch)
-    assert isinstance(frame, pl.DataFrame)
-    newest = frame.sort("recorded_at", descending=True).unique(
-        subset=list(key), keep="first", maintain_order=True
-    )
-    return newest.to_arrow().cast(batch.schema)
+    """One row per key, the newest `recorded_at` (of equals, the first in the batch): a merge
+    takes one source row per key. The rows kept stay in the batch's order. A loop over the keys
+    (a sync's few hundred jobs), not a group-by: Arrow's loads pyarrow.dataset, and polars is
+    not imported in the collector's process (bench/bench_collector.py, the memory target)."""
+    newest_first = pc.sort_indices(batch, [("recorded_at", "descending")])  # a stable sort
+    keys = zip(*(batch.column(k).take(newest_first).to_pylist() for k in key), strict=True)
+    seen: set[tuple] = set()
+    kept = []
+    for rank, k in enumerate(keys):
+        if k not in seen:
+            seen.add(k)
+            kept.append(rank)
+    return batch.take(newest_first.take(pa.array(kept, pa.int64())).sort())
 
 
 def _create_table_view(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Location]) -> None:
