@@ -45,6 +45,16 @@ def test_unchanged_health_lines_are_skipped_and_the_rest_is_read() -> None:
     assert changed.health[("gpu", "0", UUID, "ecc_corrected_volatile")] == 3.0
 
 
+def test_a_reading_whose_health_lines_were_skipped_is_never_merged() -> None:
+    """A node read from two targets never takes the shortcut; were it to, its skipped health
+    lines would be merged as none (every series gone), so `merge` refuses them."""
+    whole, _, _, digest = read_page(page())
+    skipped = read_page(page(), digest).reading
+    for first, second in ((whole, skipped), (skipped, whole)):
+        with pytest.raises(ValueError, match="health lines were not read"):
+            first.merge(second)
+
+
 @pytest.mark.parametrize(
     "moved",
     [

@@ -108,12 +108,15 @@ class NodeReading:
     ports: dict[tuple[str, int], dict[str, int | None]] = field(default_factory=dict)
     jobs_complete: bool = False  # `jobs` is the node's whole attribution (JOB_MAPPING)
     # None: as on the target's last page, not read again (sing/collector/scrape.py `read_page`);
-    # only a node read from one target has it, so `merge` never meets it.
+    # only a node read from one target has it, and `merge` refuses it.
     health: HealthValues | None = field(default_factory=dict)
     host: JobHostValues = field(default_factory=dict)  # job id -> its job_host_samples columns
 
     def merge(self, other: NodeReading) -> None:
-        """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter)."""
+        """Add another exporter's reading of the same node (e.g. dcgm- plus node_exporter).
+        Both must have read their health lines: one page's skipped lines would read as none."""
+        if self.health is None or other.health is None:
+            raise ValueError("a reading whose health lines were not read cannot be merged")
         for index, values in other.gpus.items():
             self.gpus.setdefault(index, {}).update(values)
         for index, job in other.jobs.items():
