@@ -186,9 +186,12 @@ def main() -> None:
         collector = Collector(Config({}), settings, Warehouse(Path(tmp) / "wh"), lambda: targets)
         pool = ThreadPoolExecutor(settings.concurrency)  # the GET's: as many threads as a round's
 
-        def get_all() -> list[str]:
+        def get_all() -> int:
+            """Bytes fetched. Each page is dropped once fetched, as the round drops each once
+            read: held all at once, they grew the heap before the first round."""
             timeout, limit = settings.scrape_timeout_s, settings.max_payload_bytes
-            return list(pool.map(lambda t: fetch(t.url, timeout, limit, t.client), targets))
+            pages = pool.map(lambda t: fetch(t.url, timeout, limit, t.client), targets)
+            return sum(len(page) for page in pages)
 
         get_all()
         collector.scrape_round()  # warm-up: connections, imports, first counter values

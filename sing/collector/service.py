@@ -17,9 +17,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from queue import SimpleQueue
 
 import pyarrow as pa
 from apscheduler.executors.pool import ThreadPoolExecutor as ThreadPoolJobs
@@ -121,11 +122,14 @@ class Collector:
         readings: dict[NodeKey, NodeReading] = {}
         up = 0
         with cyclic_gc_paused():
-            fetches = [
-                self._pool.submit(fetch_page, t, s.scrape_timeout_s, s.max_payload_bytes)
-                for t in targets
-            ]
-            for page in (fetch.result() for fetch in as_completed(fetches)):
+            # Each fetch lands here as it completes; nothing else holds it, so a page is freed
+            # once read (a list of the futures kept every page to the round's end: 42 MB at
+            # 1,000 nodes, docs/collector.md "Measured").
+            arrived: SimpleQueue[Future[Page]] = SimpleQueue()
+            for t in targets:
+                fetch = (fetch_page, t, s.scrape_timeout_s, s.max_payload_bytes)
+                self._pool.submit(*fetch).add_done_callback(arrived.put)
+            for page in (arrived.get().result() for _ in targets):
                 key = self._node_key(page.target)
                 result = self._read(page, pages_of[key] == 1, digests)
                 self._record(ts, result, rows)
