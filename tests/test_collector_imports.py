@@ -1,6 +1,7 @@
 """A collector's process stays small: polars is never imported by the collector's own work
-(opening the warehouse, seeding its counters, a round, a job sync's merge). Polars is 31 MB
-resident; bench/bench_collector.py measures the whole process against its memory target."""
+(opening the warehouse, seeding its counters, a round, a job sync's merge, the scheduled jobs
+of a site without policy rules or reports). Polars is 31 MB resident; bench/bench_collector.py
+measures a `sing collector` process against its memory target."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ COLLECTOR_WORK = """
 import json, sys
 import pyarrow as pa
 from sing.cli import collector  # the `sing collector` command's module and what it imports
+from sing.health.detect import detection_job
 from sing.collector.service import Collector
 from sing.collector.settings import CollectorSettings
 from sing.collector.targets import target_from
@@ -28,8 +30,11 @@ nobody = [target_from("127.0.0.1:9", {"node": "n1"})]  # refused: a round that w
 round = Collector(Config({}), CollectorSettings(metrics_port=0, scrape_timeout_s=1), wh,
                   lambda: nobody).scrape_round()
 states = wh.connect().execute("SELECT state FROM jobs").fetchall()
+policy = collector.scheduled_policy(Config({}), wh)  # what a long-running collector schedules
+detection_job(Config({}), wh, pull=False)
 print(json.dumps({"modules": sorted(m for m in ("polars",) if m in sys.modules),
-                  "states": states, "targets": round.targets, "up": round.up}))
+                  "states": states, "targets": round.targets, "up": round.up,
+                  "policy": policy}))
 """
 
 
@@ -44,4 +49,10 @@ def test_a_collectors_work_never_imports_polars(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
-    assert result == {"modules": [], "states": [["COMPLETED"]], "targets": 1, "up": 0}
+    assert result == {
+        "modules": [],
+        "states": [["COMPLETED"]],
+        "targets": 1,
+        "up": 0,
+        "policy": None,  # no rules: tests/test_policy_cli.py schedules a round where there are
+    }

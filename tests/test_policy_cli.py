@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sing.cli import main
+from sing.cli.collector import scheduled_policy
 from sing.cli.policy import policy_job
 from sing.config import Config, ConfigError
 from sing.policy.rules import load_rules
@@ -110,18 +111,20 @@ def test_bad_rule_is_a_configuration_error(tmp_path, capsys):
 
 
 def test_the_collector_schedules_a_round_only_when_rules_exist(site, tmp_path):
+    """As `sing collector` asks for it (sing/cli/collector.py): the engine is not even imported
+    without rules or reports (tests/test_collector_imports.py)."""
     config = Config.load(site)
-    job = policy_job(config, Warehouse(tmp_path / "wh"))
+    job = scheduled_policy(config, Warehouse(tmp_path / "wh"))
     assert job is not None
     round_, interval_s = job
     assert interval_s == 120
     assert [d.job["job_id"] for d in round_().decisions] == ["1", "3"]  # 2 is fine: no step
     bare = tmp_path / "bare.toml"
     bare.write_text(CONFIG.split("[policy.rules")[0])
-    assert policy_job(Config.load(bare), Warehouse(tmp_path / "wh")) is None
+    assert scheduled_policy(Config.load(bare), Warehouse(tmp_path / "wh")) is None
     off = tmp_path / "off.toml"
     off.write_text(CONFIG.replace("interval_s = 120", "interval_s = 0"))
-    assert policy_job(Config.load(off), Warehouse(tmp_path / "wh")) is None
+    assert scheduled_policy(Config.load(off), Warehouse(tmp_path / "wh")) is None
 
 
 def test_since_accepts_durations_and_times():

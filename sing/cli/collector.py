@@ -20,6 +20,7 @@ from sing.collector.shard import Shard
 from sing.collector.targets import FileSD, Target, slurm_targets, target_from
 from sing.config import Config
 from sing.errors import UserError
+from sing.policy.settings import PolicySettings
 from sing.warehouse.store import Warehouse
 
 log = logging.getLogger(__name__)
@@ -123,14 +124,25 @@ def run(args: argparse.Namespace, config: Config) -> int:
             settings.metrics_address,
             settings.metrics_port,
         )
-    # The policy engine and incident detection load only for a long-running collector.
-    from sing.cli.policy import policy_job
+    # Incident detection loads only for a long-running collector.
     from sing.health.detect import detection_job
 
     run_forever(
         collector,
         round_job,
-        policy_job(config, warehouse),
+        scheduled_policy(config, warehouse),
         detection_job(config, warehouse, pull=bool(settings.prometheus_url)),
     )
     return 0
+
+
+def scheduled_policy(
+    config: Config, warehouse: Warehouse
+) -> tuple[Callable[[], object], float] | None:
+    """The policy round and its interval, None without rules or reports. The engine is imported
+    only where there is one to run: it loads polars (31 MB of a collector's memory)."""
+    if not config.section("policy", PolicySettings).has_work():
+        return None
+    from sing.cli.policy import policy_job
+
+    return policy_job(config, warehouse)

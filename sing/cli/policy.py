@@ -90,14 +90,11 @@ def policy_job(config: Config, warehouse: Warehouse) -> tuple[Callable[[], Round
     rule, no job-end reports, no digests) or `[policy] interval_s = 0`. A bad rule is an error
     now, when the collector starts."""
     settings = config.section("policy", PolicySettings)
-    if settings.interval_s <= 0:
+    if not settings.has_work():
         return None
     engine = make_engine(config, warehouse, "sing collector")
     require_reach(settings)
-    reports = (
-        settings.job_end_reports or settings.weekly_digests or settings.monthly_account_digests
-    )
-    if not engine.rules and not reports:
+    if not engine.rules and not settings.sends_reports:
         return None
     return lambda: full_round(engine, config), settings.interval_s
 

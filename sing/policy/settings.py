@@ -57,6 +57,17 @@ class PolicySettings:
             )
 
     @property
+    def sends_reports(self) -> bool:
+        """Job-end reports or digests, which the policy round sends with or without rules."""
+        return self.job_end_reports or self.weekly_digests or self.monthly_account_digests
+
+    def has_work(self) -> bool:
+        """Whether the collector has policy rounds to run: rules or reports, at an interval.
+        Known before the engine is imported (it loads polars, 31 MB, which a collector without
+        them never needs: bench/bench_collector.py)."""
+        return self.interval_s > 0 and bool(self.rules or self.sends_reports)
+
+    @property
     def zone(self) -> ZoneInfo:
         """The site's time zone (`timezone`), for quiet hours, digests and the pages."""
         try:
