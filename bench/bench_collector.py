@@ -147,10 +147,13 @@ def collector_process_peak_mb(targets: list, arena_max: str | None) -> float:
         groups = [{"targets": [t.url.split("/")[2]], "labels": {"node": t.node,
                    "__metrics_path__": "/" + t.url.split("/", 3)[3]}} for t in targets]  # fmt: skip
         file_sd.write_text(json.dumps(groups))
+        config = Path(tmp) / "sing.toml"  # no rules, whatever the host's own config says
+        config.write_text("")
         env = {k: v for k, v in os.environ.items() if not k.startswith("SING_")}
         if arena_max:
             env["MALLOC_ARENA_MAX"] = arena_max
-        argv = [sys.executable, "-m", "sing.cli", "-v", "--warehouse", f"{tmp}/wh", "collector",
+        argv = [sys.executable, "-m", "sing.cli", "-v", "--config", str(config),
+                "--warehouse", f"{tmp}/wh", "collector",
                 f"--file-sd={file_sd}", f"--interval={PROCESS_INTERVAL_S:g}",
                 "--metrics-port=0"]  # fmt: skip
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -445,3 +445,10 @@ def test_a_merge_takes_the_newest_row_of_each_key_nulls_and_ties_included() -> N
     )
     kept = newest_per_key(batch, ("cluster", "job_id"))
     assert kept.column("sent").to_pylist() == ["1a-new", "2a", "3-first", "1b"]
+
+
+def test_append_takes_an_arrow_record_batch_and_a_polars_frame(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", pa.record_batch({"job_id": ["1"], "cluster": ["c"]}))
+    wh.append("jobs", pl.DataFrame({"job_id": ["2"], "cluster": ["c"]}))
+    assert wh.connect().execute("SELECT job_id FROM jobs ORDER BY 1").fetchall() == [("1",), ("2",)]

@@ -98,9 +98,6 @@ class Collector:
         # The executor's last node list; None until one was read (or without a node source).
         self.listed: dict[NodeKey, NodeRecord] | None = None
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="scrape")
-        # Arrow's buffers from the C library's malloc: its default pool (mimalloc) kept 25 MB
-        # more at 1,000 nodes and was no faster (docs/collector.md, "Measured"). For the process.
-        pa.set_memory_pool(pa.system_memory_pool())
 
     def new_rows(self) -> RoundRows:
         return RoundRows(self.deltas, self.allocations, self.inventory, self.last_health)

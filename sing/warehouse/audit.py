@@ -10,14 +10,16 @@ import json
 import socket
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 
 from sing.schema import table
 from sing.warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # `events` gives a polars frame (DuckDB's .pl()); a collector never asks
+    import polars as pl
 
 EVALUATION, MESSAGE, ACTION = "evaluation", "message", "action"
 

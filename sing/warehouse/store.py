@@ -466,7 +466,9 @@ def check_conditional_put(root: str) -> None:
 
 def conform(spec: Table, data: pa.Table | pl.DataFrame) -> pa.Table:
     """Cast a batch to the table's schema: fill missing nullable columns, reject unknown ones."""
-    if not isinstance(data, pa.Table):  # a polars DataFrame
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif not isinstance(data, pa.Table):  # a polars DataFrame
         data = data.to_arrow()
     unknown = [c for c in data.column_names if c not in spec.schema.names]
     if unknown:
@@ -541,19 +543,19 @@ def _by_day(live: list[LiveFile]) -> dict[date | None, list[LiveFile]]:
 
 
 def newest_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
-    """One row per key, the newest `recorded_at` (of equals, the first in the batch): a merge
-    takes one source row per key. The rows kept stay in the batch's order. A loop over the keys
-    (a sync's few hundred jobs), not a group-by: Arrow's loads pyarrow.dataset, and polars is
-    not imported in the collector's process (bench/bench_collector.py, the memory target)."""
+    """One row per key, the newest `recorded_at` (of equals, the first in the batch; a NULL
+    key part is a value like any other): a merge takes one source row per key. The rows kept
+    stay in the batch's order. Arrow and numpy, no group-by: Arrow's loads pyarrow.dataset,
+    and polars is not imported in the collector's process (bench/bench_collector.py)."""
     newest_first = pc.sort_indices(batch, [("recorded_at", "descending")])  # a stable sort
-    keys = zip(*(batch.column(k).take(newest_first).to_pylist() for k in key), strict=True)
-    seen: set[tuple] = set()
-    kept = []
-    for rank, k in enumerate(keys):
-        if k not in seen:
-            seen.add(k)
-            kept.append(rank)
-    return batch.take(newest_first.take(pa.array(kept, pa.int64())).sort())
+    codes = np.zeros(batch.num_rows, np.int64)  # one dense code per distinct key so far
+    for name in key:
+        column = batch.column(name).take(newest_first).combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        part = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = np.unique(codes * (len(encoded.dictionary) + 1) + part, return_inverse=True)[1]
+    first = np.unique(codes, return_index=True)[1]  # each key's first row: its newest
+    return batch.take(newest_first.take(pa.array(first, pa.int64())).sort())
 
 
 def _create_table_view(con: duckdb.DuckDBPyConnection, spec: Table, paths: list[Location]) -> None:
