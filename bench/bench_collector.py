@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -144,8 +145,9 @@ def collector_process_peak_mb(targets: list, arena_max: str | None) -> float:
     `targets` (each round logs a line at -v), a warehouse of its own."""
     with tempfile.TemporaryDirectory(prefix="sing-bench-process-") as tmp:
         file_sd = Path(tmp) / "targets.json"
-        groups = [{"targets": [t.url.split("/")[2]], "labels": {"node": t.node,
-                   "__metrics_path__": "/" + t.url.split("/", 3)[3]}} for t in targets]  # fmt: skip
+        urls = [(t.node, urlsplit(t.url)) for t in targets]
+        groups = [{"targets": [url.netloc], "labels": {"node": node, "__metrics_path__": url.path}}
+                  for node, url in urls]  # fmt: skip
         file_sd.write_text(json.dumps(groups))
         config = Path(tmp) / "sing.toml"  # no rules, whatever the host's own config says
         config.write_text("")

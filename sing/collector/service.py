@@ -124,8 +124,9 @@ class Collector:
             # 1,000 nodes, docs/collector.md "Measured").
             arrived: SimpleQueue[Future[Page]] = SimpleQueue()
             for t in targets:
-                fetch = (fetch_page, t, s.scrape_timeout_s, s.max_payload_bytes)
-                self._pool.submit(*fetch).add_done_callback(arrived.put)
+                self._pool.submit(
+                    fetch_page, t, s.scrape_timeout_s, s.max_payload_bytes
+                ).add_done_callback(arrived.put)
             for page in (arrived.get().result() for _ in targets):
                 key = self._node_key(page.target)
                 result = self._read(page, pages_of[key] == 1, digests)
