@@ -11,10 +11,11 @@ digits), so a payload cannot invent signals.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from datetime import datetime
 from sys import intern
-from typing import Any
+from typing import Any, NamedTuple
 
 from sing.collector.dcgm_fields import names as dcgm_names
 from sing.collector.promtext import ParseError, Sample
@@ -131,72 +132,102 @@ def add_health(values: HealthValues, s: Sample) -> None:
         values[(*key, intern(signal))] = s.value
 
 
+# (component, device, signal): a series' key without its GPU UUID, the same on every node
+SeriesKey = tuple[str, str, str]
+
+
+class NodeSeries(NamedTuple):
+    """One node's last health values, each series at the same position in the three tuples,
+    in the order of their keys. `keys` is the same on every node with the same series, and
+    the fleet shares one tuple of it (`LastValues`): at 1,000 8-GPU nodes of 152 series each
+    (their GPUs' UUIDs all different), a dict entry and a key tuple per series took 15 MB,
+    this takes 2.9 MB (tracemalloc)."""
+
+    keys: tuple[SeriesKey, ...]
+    uuids: tuple[str | None, ...]
+    values: array  # of doubles: no float object per value
+
+    def as_values(self) -> HealthValues:
+        return {
+            (component, device, uuid, signal): value
+            for (component, device, signal), uuid, value in zip(
+                self.keys, self.uuids, self.values, strict=True
+            )
+        }
+
+
 class LastValues:
     """The last value of each health series, by node, to write a row only when it changes.
+    A series that is not in a node's reading (its GPU lost, one of its targets failed) keeps its
+    last value."""
 
-    Kept per node, so that a node whose health reads the same again (nearly every node, nearly
-    every round) is compared in one step, and each series' key is the reading's own tuple."""
+    def __init__(self, nodes: dict[tuple[str, str], NodeSeries] | None = None) -> None:
+        self._nodes: dict[tuple[str, str], NodeSeries] = dict(nodes or {})
+        # each node's `keys`, one tuple per distinct set of series
+        self._shared: dict[tuple[SeriesKey, ...], tuple[SeriesKey, ...]] = {
+            n.keys: n.keys for n in self._nodes.values()
+        }
 
-    def __init__(self, nodes: dict[tuple[str, str], HealthValues] | None = None) -> None:
-        # (cluster, node) -> (component, device, gpu uuid, signal) -> its last value
-        self._nodes = {node: dict(values) for node, values in (nodes or {}).items()}
+    def of(self, cluster: str, node: str) -> HealthValues:
+        """The node's last values ({} before its first reading)."""
+        last = self._nodes.get((cluster, node))
+        return {} if last is None else last.as_values()
 
-    def changed(self, key: tuple[str, str, str, str, str | None, str], value: float) -> bool:
-        """Whether `value` is new for the series `key` = (cluster, node, component, device,
-        gpu uuid, signal): its first reading, or a different one; remembered either way."""
-        values = self._nodes.setdefault((key[0], key[1]), {})
-        series = (key[2], key[3], key[4], key[5])
-        changed = values.get(series) != value
-        values[series] = value
-        return changed
-
-    def same_as_last(self, cluster: str, node: str, values: HealthValues) -> bool:
-        """Whether the node's values are exactly those remembered for it, no series more."""
-        return self._nodes.get((cluster, node)) == values
-
-    def xid_series(self, cluster: str, node: str) -> list[tuple[tuple, float]]:
-        """The node's XID series seen so far, with their last values."""
-        values = self._nodes.get((cluster, node), {})
-        return [(series, value) for series, value in values.items() if series[3].startswith("xid_")]
+    def remember(self, cluster: str, node: str, values: HealthValues) -> None:
+        """Make `values` the node's last values, all of its series."""
+        ordered = sorted(values.items(), key=lambda item: _sort_key(item[0]))
+        keys = tuple((c, d, s) for (c, d, _, s), _ in ordered)
+        shared = self._shared.setdefault(keys, keys)
+        uuids = tuple(u for (_, _, u, _), _ in ordered)
+        numbers = array("d", (v for _, v in ordered))
+        self._nodes[(cluster, node)] = NodeSeries(shared, uuids, numbers)
+        if len(self._shared) > 2 * len(self._nodes) + 100:  # sets no node has any more
+            self._shared = {n.keys: n.keys for n in self._nodes.values()}
 
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
         return LastValues(self._nodes)
 
 
+def _sort_key(key: tuple[str, str, str | None, str]) -> tuple[str, ...]:
+    return tuple(part or "" for part in key)
+
+
 def health_rows(
     last: LastValues, ts: datetime, cluster: str, node: str, values: HealthValues
 ) -> list[dict[str, Any]]:
-    """`health_samples` rows for the series of one node whose value changed.
+    """`health_samples` rows for the series of one node whose value changed: its first reading
+    of a series since the collector started, or a different one.
 
     An XID count lives in the exporter's memory: when a GPU still answers but its XID series is
     gone, the exporter restarted (a reboot, an upgrade) and its counts start over, so the series
     gets a 0 row. Otherwise the same XID coming back at the same count would look unchanged and
     open no incident. A GPU that is not in the reading at all (lost, or the scrape failed) keeps
     its counts."""
-    if last.same_as_last(cluster, node, values):
+    before = last.of(cluster, node)
+    if before == values:
         return []  # every value as remembered: no XID series can have vanished either
     gpus = {key[:3] for key in values}
-    for series, value in last.xid_series(cluster, node):
-        if value and series[:3] in gpus and series not in values:
+    for series, value in before.items():
+        if value and series[3].startswith("xid_") and series[:3] in gpus and series not in values:
             values = {**values, series: 0.0}
-    rows = []
-    for (component, device, uuid, signal), value in sorted(
-        values.items(), key=lambda item: tuple(part or "" for part in item[0])
-    ):
-        if last.changed((cluster, node, component, device, uuid, signal), value):
-            rows.append(
-                {
-                    "ts": ts,
-                    "cluster": cluster,
-                    "node": node,
-                    "component": component,
-                    "device": device,
-                    "gpu_uuid": uuid,
-                    "signal": signal,
-                    "value": value,
-                }
-            )
+    rows = [
+        {
+            "ts": ts,
+            "cluster": cluster,
+            "node": node,
+            "component": component,
+            "device": device,
+            "gpu_uuid": uuid,
+            "signal": signal,
+            "value": value,
+        }
+        for (component, device, uuid, signal), value in sorted(
+            values.items(), key=lambda item: _sort_key(item[0])
+        )
+        if before.get((component, device, uuid, signal)) != value
+    ]
+    last.remember(cluster, node, {**before, **values})
     return rows
 
 
