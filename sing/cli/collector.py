@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
-
-import pyarrow as pa
 
 from sing.collector import inventory
 from sing.collector.client import ScrapeClient
 from sing.collector.jobsync import load_job_sync
 from sing.collector.leader import Leadership
+from sing.collector.lean import keep_process_lean
 from sing.collector.plugins import load_source
 from sing.collector.pull import PrometheusPull
 from sing.collector.selfmetrics import SelfMetrics
@@ -86,10 +84,7 @@ def _addresses(settings: CollectorSettings, config: Config) -> Callable[[], list
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-        # Arrow's buffers from the C library's malloc: its default pool (mimalloc) kept 25 MB
-        # more at 1,000 nodes and was no faster (docs/collector.md, "Measured").
-        pa.set_memory_pool(pa.system_memory_pool())
+    keep_process_lean()
     settings = settings_from(args, config)
     warehouse = Warehouse(config.warehouse_dir(args.warehouse))
     warehouse.require_writable()  # the first round creates a new site's warehouse
