@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -19,12 +20,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from sing.schema import table
 from sing.warehouse import delta, maintenance
 from sing.warehouse.store import Warehouse, conform, newest_per_key
+from sing.warehouse.upsert import upsert
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = datetime(2026, 1, 1, 23, 0, tzinfo=UTC)
@@ -147,7 +150,7 @@ def test_sample_writer_killed_at_each_step_loses_only_its_unacknowledged_batch(
     assert on_disk == {f.path for f in wh.live_files("gpu_samples")}, "orphans vacuumed"
 
 
-@pytest.mark.parametrize("step", ["merge-committed", "log-synced"])
+@pytest.mark.parametrize("step", ["data-renamed", "committed", "log-synced"])
 def test_record_writer_killed_mid_merge_keeps_one_row_per_key(tmp_path: Path, step: str) -> None:
     root = tmp_path / "wh"
     Warehouse(root).append("jobs", job(0))
@@ -315,14 +318,13 @@ def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
     tmp_path: Path, monkeypatch
 ) -> None:
     """On shared storage the table lock does not reach another machine: when its merge lands
-    between our refresh and our commit, delta-rs refuses ours and sing retries it on the newer
-    snapshot, so neither machine's rows are lost."""
+    between our refresh and our commit, delta-rs refuses ours (both replace the same file) and
+    sing does it again on the newer snapshot, so neither machine's rows are lost."""
     wh = Warehouse(tmp_path / "wh")
     wh.append("jobs", job(0))
     ours = wh.open("jobs")
     elsewhere = DeltaTable(str(wh.table_dir("jobs")))  # the other machine's view of the table
-    key = table("jobs").key
-    delta.merge(elsewhere, conform(table("jobs"), job(1)), key)
+    upsert(elsewhere, table("jobs"), conform(table("jobs"), job(1)))
     refreshes = []
     real_refresh = DeltaTable.update_incremental
 
@@ -332,7 +334,7 @@ def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
             real_refresh(self)
 
     monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
-    delta.merge(ours, conform(table("jobs"), job(2)), key)
+    upsert(ours, table("jobs"), conform(table("jobs"), job(2)))
     monkeypatch.undo()
     assert refreshes[:2] == [1, 1], "the first attempt ran on the stale snapshot and was refused"
     rows = pl.read_delta(str(wh.table_dir("jobs"))).sort("job_id")["job_id"].to_list()
@@ -430,6 +432,89 @@ def test_a_column_added_to_the_schema_reaches_a_table_created_without_it(
     assert stored == value
     fields = {f.name for f in DeltaTable(str(wh.table_dir(name))).schema().fields}
     assert column in fields
+
+
+def test_upserts_give_a_references_rows_in_files_of_plain_strings(tmp_path: Path) -> None:
+    """Forty random upserts of the nodes table give the rows a dict keyed by record gives: a
+    row no newer than the stored one loses, whichever batch it comes in. Every
+    live file has plain strings: Daft's Delta reader cannot read Arrow's string views, which
+    delta-rs's merges wrote."""
+    rng = random.Random(33)
+    wh = Warehouse(tmp_path / "wh")
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    reference: dict[tuple, tuple] = {}
+    for _ in range(40):
+        batch: dict[tuple, tuple] = {}
+        for _ in range(rng.randint(1, 6)):
+            key = (f"n{rng.randint(0, 7)}", base + timedelta(days=rng.randint(0, 2)))
+            batch[key] = (rng.randint(0, 8), base + timedelta(minutes=rng.randint(0, 40)))
+        wh.append("nodes", pa.table({
+            "cluster": ["c"] * len(batch),
+            "node": [node for node, _ in batch],
+            "valid_from": pa.array([since for _, since in batch], pa.timestamp("us", "UTC")),
+            "gpus": pa.array([gpus for gpus, _ in batch.values()], pa.int16()),
+            "recorded_at": [at for _, at in batch.values()],
+        }))  # fmt: skip
+        for key, (gpus, at) in batch.items():
+            if key not in reference or at > reference[key][1]:
+                reference[key] = (gpus, at)
+    query = "SELECT node, valid_from, gpus, recorded_at FROM nodes"
+    stored = wh.connect().execute(query).fetchall()
+    assert sorted(stored, key=str) == sorted(
+        ((*key, *value) for key, value in reference.items()), key=str
+    )
+    assert outside_counts(wh.root, "nodes") == [len(reference)] * 3
+    for f in wh.live_files("nodes"):
+        schema = pq.read_schema(f.path)
+        assert not [field for field in schema if pa.types.is_string_view(field.type)], f.path
+
+
+def test_compaction_rewrites_a_record_tables_files_of_string_views(tmp_path: Path) -> None:
+    """A warehouse from before sing wrote its own upserts holds files of delta-rs's merges,
+    with Arrow string views that Daft cannot read: the next compaction merges such a table into
+    one file of plain strings at once, well before it has MERGE_RECORDS_AT files."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", job(0))
+    dt = wh.open("jobs")
+    (  # an upsert as sing made them before: delta-rs's MERGE
+        dt.merge(conform(table("jobs"), job(1)), "t.job_id = s.job_id AND t.cluster = s.cluster",
+                 source_alias="s", target_alias="t")
+        .when_matched_update_all().when_not_matched_insert_all().execute()
+    )  # fmt: skip
+
+    def views() -> list[bool]:
+        return [
+            any(pa.types.is_string_view(field.type) for field in pq.read_schema(f.path))
+            for f in wh.live_files("jobs")
+        ]
+
+    assert True in views() and len(views()) < maintenance.MERGE_RECORDS_AT
+    wh.compact()
+    assert views() == [False]
+    query = "SELECT job_id FROM jobs ORDER BY 1"
+    assert wh.connect().execute(query).fetchall() == [("j0",), ("j1",), ("shared",)]
+    assert outside_counts(wh.root, "jobs") == [3] * 3
+
+
+def test_an_upsert_matches_a_null_key_part_to_a_null_one(tmp_path: Path) -> None:
+    """Rows from before a key column was filled (an upgraded warehouse) have NULL there: such
+    a row is replaced by a newer row whose key is NULL there too, and by no other."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", job(0))
+    spec = table("jobs")
+    dt = wh.open("jobs")
+
+    def jobs(cluster: str | None, state: str, minute: int) -> pa.Table:
+        row = {"job_id": "7", "cluster": cluster, "state": state,
+               "recorded_at": datetime(2026, 1, 1, 0, minute, tzinfo=UTC)}  # fmt: skip
+        return pa.Table.from_pylist([row], spec.schema)
+
+    upsert(dt, spec, jobs(None, "OLD", 1))
+    upsert(dt, spec, jobs(None, "NEW", 2))
+    upsert(dt, spec, jobs("c", "OTHER", 3))
+    upsert(dt, spec, jobs(None, "STALE", 0))
+    query = "SELECT cluster, state FROM jobs WHERE job_id = '7' ORDER BY 1 NULLS FIRST"
+    assert wh.connect().execute(query).fetchall() == [(None, "NEW"), ("c", "OTHER")]
 
 
 def test_a_merge_takes_the_newest_row_of_each_key_nulls_and_ties_included() -> None:

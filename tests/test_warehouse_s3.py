@@ -409,27 +409,12 @@ def test_daft_reads_sings_counts(s3: str, server: S3Server) -> None:
     assert list(zip(per_day["day"], per_day["n"], strict=True)) == mine["per_day"]
 
 
-NATIVE_UTF8VIEW = pytest.mark.xfail(
-    strict=True,
-    reason="delta-rs 1.6 writes the files of its merges (the jobs table's upserts) with Arrow "
-    "Utf8View strings in their embedded schema, which Daft 0.7.26 cannot read "
-    "(DaftError: Unsupported Arrow DataType: Utf8View) and no Daft or delta-rs option avoids",
-)
-
-
-@pytest.mark.parametrize("reader", [pytest.param("native", marks=NATIVE_UTF8VIEW), "arrow"])
-def test_daft_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server, reader: str) -> None:
-    """The usage query in Daft over the jobs table, read by Daft's own Delta reader (`native`)
-    or, as a site does until Daft reads Utf8View, by delta-rs's Arrow reader in the driver
-    (`arrow`: one row per job, small beside the samples), which hands Daft plain strings."""
+def test_daft_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server) -> None:
+    """The usage query in Daft over the jobs table, read by Daft's own Delta reader: files of
+    sing's upserts among them, with plain strings (delta-rs's merges wrote Arrow string views,
+    which Daft cannot read)."""
     daft, io, mine = daft_reader(s3, server)
-    uri = f"{s3}/jobs"
-    if reader == "native":
-        jobs = daft.read_deltalake(uri, io_config=io)
-    else:
-        from deltalake import DeltaTable
-
-        jobs = daft.from_arrow(DeltaTable(uri, storage_options=server.env()).to_pyarrow_table())
+    jobs = daft.read_deltalake(f"{s3}/jobs", io_config=io)
     # The fairness report's GPU-hours: each job's GPUs times its time inside the window.
     since, until = (int(t.timestamp() * 1e6) for t in (DAY, DAY + timedelta(days=2)))
     col, micros = daft.col, daft.DataType.int64()
@@ -465,9 +450,8 @@ def ray_data() -> Iterator[object]:
 
 
 def test_ray_data_gives_the_fairness_reports_gpu_hours(s3: str, server: S3Server, ray_data) -> None:
-    """Ray Data reads the Delta tables' active files through delta-rs and Arrow (Utf8View
-    included, which Daft cannot): rows per day and the fairness report's GPU-hours per user,
-    sing's figures."""
+    """Ray Data reads the Delta tables' active files through delta-rs and Arrow: rows per day
+    and the fairness report's GPU-hours per user, sing's figures."""
     import pyarrow.compute as pc
     from pyarrow.fs import S3FileSystem, SubTreeFileSystem
 

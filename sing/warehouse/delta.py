@@ -4,8 +4,8 @@ Why sing writes its own data files: delta-rs 1.6 never fsyncs. So sing writes ea
 itself (fsync, rename, fsync of the directory), commits the files with one
 `create_write_transaction`, then fsyncs the new log entry and `_delta_log/`. A log entry thus
 only ever points at durable data, and once a commit returns, it and every commit before it
-survive a power loss. Merges (record upserts) are written by delta-rs; their files and log entry
-are fsynced right after the commit, before `append` returns, under the table's lock.
+survive a power loss. Record upserts are written the same way (sing/warehouse/upsert.py); only
+vacuum's commits are delta-rs's own, fsynced right after (`sync_added_files`).
 
 Checkpoints and log clean-up are never left to commit hooks (`NO_HOOKS`): maintenance writes
 them after fsync, so a checkpoint never summarises entries that could still be lost.
@@ -51,7 +51,7 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 DAY = "day"
 DATA_PREFIX = "part-"
 TMP_SUFFIX = ".tmp"
-MERGE_ATTEMPTS = 5  # a merge that loses a race with another machine is retried this often
+RACE_ATTEMPTS = 5  # a commit that loses a race with another machine is tried this often
 
 _tables: dict[Location, DeltaTable] = {}
 _synced: dict[Path, int] = {}  # per table: every log entry up to this version is fsynced
@@ -158,10 +158,10 @@ def ensure_table(
 
 def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
     """Give the table the columns sing's schema gained since it was created. Adding a column
-    needs no upgrade step (sing/warehouse/migrations.py), but a merge keeps only the columns of the
-    table's Delta schema, and a Delta reader (Spark, Trino) sees only those; so the first write
-    adds them, all nullable. Another writer adding them first is a conflict: refresh, recheck."""
-    for attempt in range(1, MERGE_ATTEMPTS + 1):
+    needs no upgrade step (sing/warehouse/migrations.py), but a Delta reader (Spark, Trino) sees
+    only the columns of the table's Delta schema; so the first write adds them, all nullable.
+    Another writer adding them first is a conflict: refresh, recheck."""
+    for attempt in range(1, RACE_ATTEMPTS + 1):
         have = {field.name for field in dt.schema().fields}
         new = [field for field in schema if field.name not in have]
         if not new:
@@ -172,7 +172,7 @@ def add_new_columns(dt: DeltaTable, schema: pa.Schema) -> None:
                 post_commithook_properties=NO_HOOKS,
             )
         except (CommitFailedError, DeltaError):
-            if attempt == MERGE_ATTEMPTS:
+            if attempt == RACE_ATTEMPTS:
                 raise  # not a race another writer won: the error itself says what
             dt.update_incremental()
             continue
@@ -326,42 +326,6 @@ def commit(dt: DeltaTable, actions: list[AddAction | RemoveAction], op: str, **m
         post_commithook_properties=NO_HOOKS,
     )
     crash_point("committed")
-    return sync_log(dt)
-
-
-def merge(dt: DeltaTable, batch: pa.Table, key: tuple[str, ...]) -> int:
-    """Upsert `batch` (one row per key): a newer `recorded_at` replaces the stored row.
-
-    The caller holds the table's lock, so on one machine no other commit can come between the
-    refresh and the merge, and the only commit that can be not yet durable is this one; it is
-    made durable (its new files, then its log entry) before this returns. A writer on another
-    machine (shared storage) can still win the race: delta-rs then refuses the merge as a
-    conflict, and it is retried on the newer snapshot."""
-    predicate = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in key)
-    for attempt in range(1, MERGE_ATTEMPTS + 1):
-        dt.update_incremental()
-        before = dt.version()
-        try:
-            (
-                dt.merge(
-                    batch,
-                    predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=CommitProperties(custom_metadata={"sing.op": "upsert"}),
-                    post_commithook_properties=NO_HOOKS,
-                )
-                .when_matched_update_all(predicate="s.recorded_at > t.recorded_at")
-                .when_not_matched_insert_all()
-                .execute()
-            )
-            break
-        except CommitFailedError:
-            if attempt == MERGE_ATTEMPTS:
-                raise
-            time.sleep(0.05 * attempt)
-    crash_point("merge-committed")
-    sync_added_files(dt, before)
     return sync_log(dt)
 
 

@@ -15,10 +15,12 @@ from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sing.schema import TABLES, Table, table
 from sing.warehouse import delta, files
@@ -26,7 +28,7 @@ from sing.warehouse.delta import LiveFile
 from sing.warehouse.files import Location
 from sing.warehouse.lease import LeaseLost
 from sing.warehouse.rollups import KEPT, OF, ROLLUPS, Rollup, plan_day, rollups_of
-from sing.warehouse.sql import q, source_sql
+from sing.warehouse.sql import copy_to_table_file, q, source_sql
 
 if TYPE_CHECKING:
     from sing.warehouse.store import Warehouse
@@ -39,7 +41,7 @@ GRACE_S = 3600
 # A samples day of today is merged once it has this many small files.
 MERGE_TODAY_AT = 16
 # A record table is merged once it has this many files.
-MERGE_RECORDS_AT = 16
+MERGE_RECORDS_AT = 16  # (or at once while a file has string views: `_has_string_views`)
 # A checkpoint once this many commits follow the last one: appends cost more as they grow.
 CHECKPOINT_EVERY = 10
 
@@ -91,7 +93,7 @@ def _merge_small_files(
         return
     if not spec.is_samples:
         live = delta.live_files(dt)
-        if len(live) >= MERGE_RECORDS_AT:
+        if len(live) >= MERGE_RECORDS_AT or any(_has_string_views(f.path) for f in live):
             _merge(con, dt, spec, wh.table_dir(spec.name), None, live, order_by=spec.key)
             result.merged_files += len(live)
         return
@@ -105,6 +107,18 @@ def _merge_small_files(
             result.merged_files += len(mergeable)
 
 
+@lru_cache(maxsize=4096)  # a file's schema never changes; a record table has a few live files
+def _has_string_views(path: Location) -> bool:
+    """Whether the file's embedded Arrow schema has string views, which delta-rs's merges wrote
+    before sing wrote its own upserts (sing/warehouse/upsert.py) and Daft's Delta reader cannot
+    read: such a record table is merged into one file of plain strings at once."""
+    if isinstance(path, str):
+        schema = pq.read_schema(files.key(path), filesystem=files.object_store())
+    else:
+        schema = pq.read_schema(path)
+    return any(pa.types.is_string_view(field.type) for field in schema)
+
+
 def _merge(
     con: duckdb.DuckDBPyConnection,
     dt: delta.DeltaTable,
@@ -114,15 +128,10 @@ def _merge(
     merged: list[LiveFile],
     order_by: tuple[str, ...],
 ) -> None:
-    tmp = delta.temporary_path(table_dir, day)
     query = f"SELECT * FROM {source_sql(con, spec, [f.path for f in merged])}"
     if order_by:
         query += f" ORDER BY {', '.join(q(c) for c in order_by)}"
-    con.execute(
-        f"COPY ({query}) TO '{tmp}' "
-        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {files.ROW_GROUP_ROWS})"
-    )
-    add = delta.publish(table_dir, day, tmp, spec.time_column)
+    add = copy_to_table_file(con, query, table_dir, day, spec.time_column)
     add.data_change = False
     removes = [delta.remove_action(f, data_change=False) for f in merged]
     delta.commit(dt, [add, *removes], "compact")

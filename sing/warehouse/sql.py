@@ -1,16 +1,19 @@
-"""SQL over a table's Parquet files, shared by the views and by maintenance."""
+"""SQL over a table's Parquet files, shared by the views and by maintenance, and the durable
+files its queries write."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+from deltalake.transaction import AddAction
 
 from sing.schema import Table
-from sing.warehouse import files
+from sing.warehouse import delta, files
 from sing.warehouse.files import Location
 
 
@@ -24,6 +27,23 @@ def source_sql(con: duckdb.DuckDBPyConnection, spec: Table, paths: Sequence[Loca
     # The empty table supplies typed NULLs for columns added after some files were written.
     found = parquet_sql(con, paths, "union_by_name = true, hive_partitioning = false", spec.schema)
     return f"(SELECT {columns} FROM (FROM {empty} UNION ALL BY NAME FROM {found}))"
+
+
+def copy_to_table_file(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    table_dir: Location,
+    day: date | None,
+    time_column: str | None,
+) -> AddAction:
+    """The rows of `query` as a new data file of the table, durable under its final name
+    (`delta.publish`); the caller commits it."""
+    tmp = delta.temporary_path(table_dir, day)
+    con.execute(
+        f"COPY ({query}) TO '{tmp}' "
+        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {files.ROW_GROUP_ROWS})"
+    )
+    return delta.publish(table_dir, day, tmp, time_column)
 
 
 def parquet_sql(

@@ -50,6 +50,7 @@ from sing.warehouse.files import Location
 from sing.warehouse.maintenance import CompactionResult
 from sing.warehouse.rollups import ROLLUPS, Rollup, plan_day
 from sing.warehouse.sql import parquet_sql, q, source_sql
+from sing.warehouse.upsert import upsert
 
 if TYPE_CHECKING:  # polars is not imported at run time: the collector's process stays small
     import polars as pl
@@ -217,7 +218,7 @@ class Warehouse:
             delta.commit(dt, actions, "append", **{BATCHES: ",".join(batch_ids)})
         else:
             with self.table_lock(name):
-                delta.merge(dt, newest_per_key(batch, spec.key), spec.key)
+                upsert(dt, spec, newest_per_key(batch, spec.key))
         return batch.num_rows
 
     def landed(self, name: str, batch_ids: Collection[str]) -> set[str]:
