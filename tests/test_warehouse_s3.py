@@ -327,6 +327,53 @@ def test_a_held_lease_is_renewed_and_makes_others_skip(
         assert held
 
 
+LEASE_HOLDER = """
+import sys
+from sing.warehouse import lease
+taken = lease.acquire(sys.argv[1], lease.MAINTENANCE, 600)
+print("held" if not isinstance(taken, str) else taken, flush=True)
+sys.stdin.read()  # until the test closes it
+taken.release()
+"""
+
+
+def test_a_writers_checkpoint_skips_quietly_while_another_host_maintains(
+    s3: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After each round a collector checkpoints the tables it wrote whose logs grew long. While
+    another host holds the maintenance lease it skips that without a warning (every round of
+    every other collector would log one); a compaction still says who holds the lease."""
+    wh = Warehouse(s3)
+    for hour in range(maintenance.CHECKPOINT_EVERY + 1):  # a log long enough to checkpoint
+        wh.append("gpu_samples", samples(DAY + timedelta(hours=hour), 4))
+    (tmp_path / "b").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LEASE_HOLDER, s3],
+        env=os.environ | {"TMPDIR": str(tmp_path / "b")},  # as on another host: its own flocks
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with caplog.at_level(logging.DEBUG, logger="sing.warehouse"):
+            assert wh.checkpoint_due(["gpu_samples"]) == []
+        skips = [r.levelname for r in caplog.records if "maintenance skipped" in r.getMessage()]
+        assert skips == ["DEBUG"]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="sing.warehouse"):
+            assert wh.compact(DAY + timedelta(days=3)) == maintenance.CompactionResult()
+        assert f"maintenance skipped: its lease is held by {socket.gethostname()} pid " in (
+            caplog.text
+        )
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(60)
+    assert wh.checkpoint_due(["gpu_samples"]) == ["gpu_samples"]  # released: taken at once
+
+
 def test_a_dead_holders_lease_is_taken_over_once_expired(
     s3: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -279,7 +279,7 @@ def checkpoint_due(wh: Warehouse, names: Collection[str] | None = None) -> list[
     }
     if not due:
         return done
-    with wh.maintenance_lock() as held:
+    with wh.maintenance_lock(quiet=True) as held:
         if not held:
             return done
         for name, dt in due.items():

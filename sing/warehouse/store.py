@@ -366,10 +366,12 @@ class Warehouse:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextmanager
-    def maintenance_lock(self) -> Iterator[bool]:
+    def maintenance_lock(self, quiet: bool = False) -> Iterator[bool]:
         """One maintainer at a time; a second one skips instead of waiting. On object storage
         this host's lock is not enough: the maintainer also takes the warehouse's lease
-        (`sing.warehouse.lease`), and skips, saying who holds it, when another host does."""
+        (`sing.warehouse.lease`), and skips, saying who holds it, when another host does: a
+        warning, unless `quiet` (a writer's checkpoint after its round, which the maintainer
+        at work writes too: every round of every other collector would warn)."""
         with open(self._lock_dir() / ".maintenance.lock", "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -382,7 +384,8 @@ class Warehouse:
                     return
                 taken = lease.acquire(self.root, lease.MAINTENANCE, self.maintenance_lease_s)
                 if isinstance(taken, str):
-                    log.warning("%s: maintenance skipped: its lease is %s", self.root, taken)
+                    level = logging.DEBUG if quiet else logging.WARNING
+                    log.log(level, "%s: maintenance skipped: its lease is %s", self.root, taken)
                     yield False
                     return
                 self._lease = taken
