@@ -1,7 +1,7 @@
 """A collector's process stays small: polars is never imported by the collector's own work
 (opening the warehouse, seeding its counters, a round, a job sync's merge, a scheduler command
 that failed, the scheduled jobs of a site without policy rules or reports), nor pandas, which
-pyarrow and DuckDB would import (sing/collector/lean.py) though it stays importable; and a
+pyarrow would import (sing/collector/lean.py) though it stays importable; and a
 running `sing collector` has neither loaded. Polars is 31 MB resident, pandas 28 MB;
 bench/bench_collector.py measures a `sing collector` process against its memory target."""
 

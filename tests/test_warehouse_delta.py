@@ -341,6 +341,40 @@ def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
     assert rows == ["j0", "j1", "j2", "shared"]
 
 
+def test_two_machines_inserting_the_same_new_key_keep_one_row(tmp_path: Path, monkeypatch) -> None:
+    """A leader handover while the old leader still syncs: both machines upsert a job that
+    neither snapshot holds. The second commit is refused (both rewrite the table's smallest
+    file) and done again on the newer snapshot, so the key keeps one row, the newer."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.append("jobs", job(0))
+    ours = wh.open("jobs")
+    elsewhere = DeltaTable(str(wh.table_dir("jobs")))
+    spec = table("jobs")
+
+    def new_job(state: str, minute: int) -> pa.Table:
+        at = datetime(2030, 1, 1, 0, minute, tzinfo=UTC)
+        return conform(spec, pa.table({"job_id": ["j9"], "cluster": ["c"], "state": [state],
+                                       "recorded_at": [at]}))  # fmt: skip
+
+    upsert(elsewhere, spec, new_job("RUNNING", 1))
+    refreshes = []
+    real_refresh = DeltaTable.update_incremental
+
+    def refresh_too_early(self: DeltaTable) -> None:
+        refreshes.append(self.version())
+        if len(refreshes) > 1:  # the first refresh came before the other machine's commit
+            real_refresh(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
+    upsert(ours, spec, new_job("COMPLETED", 2))
+    monkeypatch.undo()
+    assert refreshes[:2] == [1, 1], "the first attempt ran on the stale snapshot and was refused"
+    query = "SELECT job_id, state FROM jobs ORDER BY 1"
+    assert wh.connect().execute(query).fetchall() == [
+        ("j0", None), ("j9", "COMPLETED"), ("shared", None)
+    ]  # fmt: skip
+
+
 def test_a_cached_table_is_reloaded_once_a_newer_checkpoint_exists(tmp_path: Path) -> None:
     """A `DeltaTable` kept current by incremental updates alone slows down with each one, so
     sing swaps it for a fresh object after every checkpoint; `checkpoint_due` writes them

@@ -136,6 +136,11 @@ def add_health(values: HealthValues, s: Sample) -> None:
 SeriesKey = tuple[str, str, str]
 
 
+def _sort_key(key: tuple[str, str, str | None, str]) -> tuple[str, ...]:
+    """A series' place in a node's order (None sorts as "")."""
+    return tuple(part or "" for part in key)
+
+
 class NodeSeries(NamedTuple):
     """One node's last health values, each series at the same position in the three tuples,
     in the order of their keys. `keys` is the same on every node with the same series, and
@@ -187,10 +192,6 @@ class LastValues:
     def copy(self) -> LastValues:
         """A snapshot, to go back to when the rows computed from here are not written."""
         return LastValues(self._nodes)
-
-
-def _sort_key(key: tuple[str, str, str | None, str]) -> tuple[str, ...]:
-    return tuple(part or "" for part in key)
 
 
 def health_rows(

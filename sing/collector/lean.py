@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-import duckdb
 import pyarrow as pa
 
 # glibc's malloc.h: mallopt's parameter for the most arenas (heaps) the process may have.
@@ -39,11 +38,12 @@ def arrow_buffers_from_malloc() -> None:
 
 
 def cap_malloc_arenas() -> None:
-    """At most ARENAS heaps, as `MALLOC_ARENA_MAX=2` would give (which chooses otherwise).
-    glibc gives each thread that finds a heap busy one of its own, up to 8 per core, and the
-    pages the fetch threads read are then spread over as many heaps, each keeping its free
-    memory. Nothing is done on another C library (no `mallopt`)."""
-    if "MALLOC_ARENA_MAX" in os.environ:
+    """At most ARENAS heaps, as `MALLOC_ARENA_MAX=2` would give (which, or glibc's tunable
+    `glibc.malloc.arena_max`, chooses otherwise). glibc gives each thread that finds a heap busy
+    one of its own, up to 8 per core, and the pages the fetch threads read are then spread over
+    as many heaps, each keeping its free memory. Nothing is done on another C library (no
+    `mallopt`)."""
+    if "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
@@ -65,19 +65,18 @@ class PandasRefused(importlib.abc.MetaPathFinder):
 
 
 def leave_pandas_unloaded() -> None:
-    """pyarrow (at its first array) and DuckDB (at its first scan of a Python object) import
-    pandas whenever it is installed, only to recognise pandas objects: 28 MB that a collector,
-    which makes none, would keep. Each tries once and remembers the outcome, so both are made
-    to try now, while pandas is refused; then it is importable again for whatever does use it
-    (a site's source, pyarrow's `to_pandas`). Should a later version try again, pandas is
-    simply loaded (tests/test_collector_imports.py would say so)."""
+    """pyarrow imports pandas at its first array whenever it is installed, only to recognise
+    pandas objects: 28 MB that a collector, which makes none, would keep. It tries once and
+    remembers the outcome, so it is made to try now, while pandas is refused. Then pandas is
+    importable again for whatever does use it (a site's source plugin; `pa.table(frame)`,
+    `from_pandas` and `to_pandas` work), but pyarrow takes a bare Series for a plain sequence
+    (a categorical becomes strings, a nullable integer with NA fails). Should a later pyarrow
+    try again, pandas is simply loaded (tests/test_collector_imports.py would say so)."""
     if "pandas" in sys.modules:
         return
     refused = PandasRefused()
     sys.meta_path.insert(0, refused)
     try:
-        probe = pa.table({"probe": pa.array([0])})
-        with duckdb.connect() as con:
-            con.register("probe", probe)
+        pa.array([0])
     finally:
         sys.meta_path.remove(refused)

@@ -5,7 +5,8 @@ itself (fsync, rename, fsync of the directory), commits the files with one
 `create_write_transaction`, then fsyncs the new log entry and `_delta_log/`. A log entry thus
 only ever points at durable data, and once a commit returns, it and every commit before it
 survive a power loss. Record upserts are written the same way (sing/warehouse/upsert.py); only
-vacuum's commits are delta-rs's own, fsynced right after (`sync_added_files`).
+vacuum's commits are delta-rs's own, and they add no data file: their log entries are fsynced
+right after (`sync_log`).
 
 Checkpoints and log clean-up are never left to commit hooks (`NO_HOOKS`): maintenance writes
 them after fsync, so a checkpoint never summarises entries that could still be lost.
@@ -329,23 +330,6 @@ def commit(dt: DeltaTable, actions: list[AddAction | RemoveAction], op: str, **m
     return sync_log(dt)
 
 
-def sync_added_files(dt: DeltaTable, after: int) -> None:
-    """fsync the data files that delta-rs added in the versions after `after`."""
-    root = location(dt)
-    if isinstance(root, str):
-        return
-    directories = set()
-    for version in range(after + 1, dt.version() + 1):
-        for line in log_entry(root, version).read_text().splitlines():
-            added = json.loads(line).get("add")
-            if added:
-                path = root / added["path"]
-                files.fsync_path(path)
-                directories.add(path.parent)
-    for directory in directories:
-        files.fsync_path(directory)
-
-
 def sync_log(dt: DeltaTable) -> int:
     """Move `dt` to the newest version and fsync every log entry not yet known durable."""
     dt.update_incremental()
@@ -525,7 +509,6 @@ def last_checkpoint(table: Location) -> int:
 def vacuum(dt: DeltaTable, grace_hours: int) -> list[str]:
     """Delete files removed more than `grace_hours` ago and files no version refers to (left
     by writers killed between rename and commit)."""
-    before = dt.version()
     deleted = dt.vacuum(
         retention_hours=grace_hours,
         dry_run=False,
@@ -533,7 +516,6 @@ def vacuum(dt: DeltaTable, grace_hours: int) -> list[str]:
         full=True,
         post_commithook_properties=NO_HOOKS,
     )
-    sync_added_files(dt, before)
     sync_log(dt)
     crash_point("vacuumed")
     return deleted

@@ -212,10 +212,10 @@ def parquet_dataset(uris: list[str], schema: pa.Schema | None, day_base: str | N
     run time, which a site may not allow). `schema`: the columns wanted, missing ones NULL (else
     the first file's); `day_base`: the table whose `day=` directories are the hive partition.
 
-    Strings are read as Arrow's view types: delta-rs writes them so in the files of its merges
-    (the record tables' upserts), plain in appends, and Arrow cannot filter a dataset of both
-    under the plain type (`equal(string, string_view)`), but it casts plain files to the view
-    type.
+    Strings are read as Arrow's view types: delta-rs's merges wrote them so (the record tables'
+    upserts before sing wrote its own; a warehouse keeps such files until compaction rewrites
+    them), and Arrow cannot filter a dataset of both under the plain type
+    (`equal(string, string_view)`), but it casts plain files to the view type.
 
     `pyarrow.dataset` is imported here, not at the top: 9 MB resident (more where pandas is not
     yet loaded, which it imports) that a collector on local disk never needs."""

@@ -8,10 +8,15 @@ nothing: sing fsynced them after the commit.)
 
 A batch row wins when no stored row of its key is as new (`recorded_at`; a stored row of unknown
 age is kept), as delta-rs's `when_matched_update_all(s.recorded_at > t.recorded_at)` with
-`when_not_matched_insert_all` did; keys match when equal or both NULL. The caller holds the
-table's lock, so on one machine nothing commits between the snapshot read here and the commit.
-Another machine can: when its commit removed a file that this one replaces, delta-rs refuses
-ours as a concurrent delete, and the upsert is done again on the newer snapshot.
+`when_not_matched_insert_all` did; keys match when equal or both NULL.
+
+The caller holds the table's lock, so on one machine nothing commits between the snapshot read
+here and the commit. Another machine can (a leader handover while the old leader still syncs
+jobs): when its commit removed a file that ours replaces, delta-rs refuses ours as a concurrent
+delete, and the upsert is done again on the newer snapshot. It would not refuse a concurrent
+insert of the same key, as MERGE did, so every upsert also rewrites the table's smallest file,
+its anchor: two upserts made on one snapshot always remove a file in common. (A table's first
+upsert has no file to anchor on.)
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def upsert(dt: DeltaTable, spec: Table, batch: pa.Table) -> None:
 
 
 def _upsert_on_snapshot(dt: DeltaTable, spec: Table, batch: pa.Table) -> None:
+    """One try on the snapshot `dt` holds: the winning rows, the files they replace (and the
+    anchor), one new file, one commit; nothing when no row wins."""
     live = delta.live_files(dt)
     keys = ", ".join(q(k) for k in spec.key)
     same_key = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM t.{q(k)}" for k in spec.key)
@@ -69,6 +76,9 @@ def _upsert_on_snapshot(dt: DeltaTable, spec: Table, batch: pa.Table) -> None:
                 f"SELECT DISTINCT t.file FROM stored t JOIN winners s ON {same_key} ORDER BY 1"
             ).fetchall()
         ]
+        anchor = min(live, key=lambda f: (f.size, f.relative), default=None)
+        if anchor is not None and anchor not in replaced:
+            replaced.append(anchor)
         rows = "SELECT * FROM winners"
         if replaced:
             kept = source_sql(con, spec, [f.path for f in replaced])
