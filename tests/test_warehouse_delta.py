@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -314,6 +316,25 @@ def test_merge_into_a_big_table_keeps_one_row_per_key(tmp_path: Path) -> None:
     assert outside_counts(wh.root, "jobs") == [10_000] * 3
 
 
+@contextmanager
+def first_refresh_stale(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The first snapshot refresh inside the block does nothing, as if it came just before
+    another machine's commit; the versions each refresh found are listed."""
+    refreshes: list[int] = []
+    real_refresh = DeltaTable.update_incremental
+
+    def refresh_too_early(self: DeltaTable) -> None:
+        refreshes.append(self.version())
+        if len(refreshes) > 1:
+            real_refresh(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
+    try:
+        yield refreshes
+    finally:
+        monkeypatch.undo()
+
+
 def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -325,17 +346,8 @@ def test_a_merge_that_loses_a_race_to_another_machine_is_retried(
     ours = wh.open("jobs")
     elsewhere = DeltaTable(str(wh.table_dir("jobs")))  # the other machine's view of the table
     upsert(elsewhere, table("jobs"), conform(table("jobs"), job(1)))
-    refreshes = []
-    real_refresh = DeltaTable.update_incremental
-
-    def refresh_too_early(self: DeltaTable) -> None:
-        refreshes.append(self.version())
-        if len(refreshes) > 1:  # the first refresh came before the other machine's commit
-            real_refresh(self)
-
-    monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
-    upsert(ours, table("jobs"), conform(table("jobs"), job(2)))
-    monkeypatch.undo()
+    with first_refresh_stale(monkeypatch) as refreshes:
+        upsert(ours, table("jobs"), conform(table("jobs"), job(2)))
     assert refreshes[:2] == [1, 1], "the first attempt ran on the stale snapshot and was refused"
     rows = pl.read_delta(str(wh.table_dir("jobs"))).sort("job_id")["job_id"].to_list()
     assert rows == ["j0", "j1", "j2", "shared"]
@@ -357,17 +369,8 @@ def test_two_machines_inserting_the_same_new_key_keep_one_row(tmp_path: Path, mo
                                        "recorded_at": [at]}))  # fmt: skip
 
     upsert(elsewhere, spec, new_job("RUNNING", 1))
-    refreshes = []
-    real_refresh = DeltaTable.update_incremental
-
-    def refresh_too_early(self: DeltaTable) -> None:
-        refreshes.append(self.version())
-        if len(refreshes) > 1:  # the first refresh came before the other machine's commit
-            real_refresh(self)
-
-    monkeypatch.setattr(DeltaTable, "update_incremental", refresh_too_early)
-    upsert(ours, spec, new_job("COMPLETED", 2))
-    monkeypatch.undo()
+    with first_refresh_stale(monkeypatch) as refreshes:
+        upsert(ours, spec, new_job("COMPLETED", 2))
     assert refreshes[:2] == [1, 1], "the first attempt ran on the stale snapshot and was refused"
     query = "SELECT job_id, state FROM jobs ORDER BY 1"
     assert wh.connect().execute(query).fetchall() == [
