@@ -399,8 +399,9 @@ def test_a_cached_table_is_reloaded_once_a_newer_checkpoint_exists(tmp_path: Pat
 
 
 def test_a_process_that_merged_exits_cleanly(tmp_path: Path) -> None:
-    """delta-rs can abort at interpreter exit after a merge unless the tables are dropped first
-    (the atexit hook in sing.warehouse.delta)."""
+    """delta-rs's own MERGE, which sing's upserts used before sing/warehouse/upsert.py, could
+    abort the interpreter at exit ("terminate called without an active exception") unless the
+    tables were dropped first; a process of sing's upserts exits cleanly."""
     root = tmp_path / "wh"
     for run in range(4):
         out = spawn("writer", root, "jobs", run * 10, 3)

@@ -18,8 +18,6 @@ commit names them, and delta-rs writes each log entry by conditional put (`files
 
 from __future__ import annotations
 
-import atexit
-import gc
 import json
 import os
 import signal
@@ -519,11 +517,3 @@ def vacuum(dt: DeltaTable, grace_hours: int) -> list[str]:
     sync_log(dt)
     crash_point("vacuumed")
     return deleted
-
-
-@atexit.register
-def _drop_tables() -> None:
-    """delta-rs can abort the interpreter at exit ("terminate called without an active
-    exception") if a table that ran a merge is still alive then; drop them all first."""
-    _tables.clear()
-    gc.collect()
